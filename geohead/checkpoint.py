@@ -1,0 +1,124 @@
+"""Checkpoints: one safetensors file per checkpoint, no pickle, written atomically.
+
+Tensors (model, teacher, objective buffers, optimiser state) go in the safetensors body under
+prefixed names; everything else (config, head spec, step, optimiser hyper-parameters, backbone
+build info) is JSON in the safetensors metadata header. A checkpoint is written to a temporary
+file in the same folder and renamed over the old one, so a killed process leaves either the old
+or the new checkpoint, never a torn file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+FORMAT = "geohead.checkpoint/1"
+
+
+class CheckpointError(ValueError):
+    """A file that is missing, truncated, corrupted, or not a geohead checkpoint."""
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: ``tensors`` by prefixed name and ``meta`` (parsed JSON values)."""
+
+    path: Path
+    tensors: dict[str, Tensor]
+    meta: dict[str, Any]
+
+    def section(self, prefix: str) -> dict[str, Tensor]:
+        """Tensors under ``prefix.`` with the prefix removed (e.g. ``"model.backbone"``)."""
+        p = prefix.rstrip(".") + "."
+        return {k[len(p):]: v for k, v in self.tensors.items() if k.startswith(p)}
+
+
+def save_checkpoint(path: str | Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> Path:
+    """Write ``tensors`` and JSON-able ``meta`` to ``path`` atomically (temp file + rename)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = {"format": FORMAT}
+    header.update({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
+    # cloned: safetensors refuses tensors that share storage (views, tied weights)
+    body = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        save_file(body, str(tmp), metadata=header)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def load_checkpoint(path: str | Path) -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint`; a run folder means its ``last.ckpt``.
+
+    Raises :class:`CheckpointError` (never unpickles anything) for a missing path, a file that
+    is not safetensors, a truncated or corrupted file, or one that is not a geohead checkpoint.
+    """
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "last.ckpt"
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a run folder or a .ckpt file)")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"{str(path)!r} is not a readable safetensors checkpoint (truncated or corrupted?): {exc}") from None
+    if header.get("format") != FORMAT:
+        raise CheckpointError(f"{str(path)!r} is a safetensors file but not a geohead checkpoint (format={header.get('format')!r})")
+    meta = {}
+    for k, v in header.items():
+        if k == "format":
+            continue
+        try:
+            meta[k] = json.loads(v)
+        except json.JSONDecodeError:
+            raise CheckpointError(f"{str(path)!r}: metadata {k!r} is not valid JSON (corrupted header)") from None
+    return Checkpoint(path, tensors, meta)
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """Split an optimiser's state_dict into tensors (``optim.<param>.<key>``) and JSON metadata."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for pid, state in sd["state"].items():
+        for key, value in state.items():
+            if isinstance(value, Tensor):
+                tensors[f"optim.{pid}.{key}"] = value
+            else:
+                scalars.setdefault(str(pid), {})[key] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict[str, Any]) -> None:
+    """Inverse of :func:`optimizer_tensors`."""
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        if not name.startswith("optim."):
+            continue
+        _, pid, key = name.split(".", 2)
+        state.setdefault(int(pid), {})[key] = value
+    for pid, extra in meta.get("scalars", {}).items():
+        state.setdefault(int(pid), {}).update(extra)
+    groups = meta["param_groups"]
+    for g in groups:
+        if "betas" in g:
+            g["betas"] = tuple(g["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": groups})

@@ -1,0 +1,347 @@
+"""Training configuration: nested dataclasses, TOML recipes, ``--set key=value`` overrides.
+
+A recipe is a TOML file whose top-level keys and tables mirror :class:`TrainConfig`::
+
+    objective = "barlow"
+    [objective_args]   lambd = 0.0051
+    [data]             name = "cifar10"
+    [backbone]         name = "resnet18_cifar"
+    [head]             preset = "barlow"; hidden_dim = 2048; out_dim = 2048
+    [optim]            name = "lars"; lr = 0.3; epochs = 200
+    [track] / [probe]
+
+Unknown keys and bad values fail before anything is built, with the key, the bad value and
+the allowed values in the message (:class:`ConfigError`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Union
+
+if TYPE_CHECKING:
+    from geohead.heads import HeadSpec
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+class ConfigError(ValueError):
+    """A recipe or override that names an unknown key or holds a bad value."""
+
+
+OPTIMIZERS = ("lars", "sgd", "adamw")
+PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class DataConfig:
+    """Where images come from and how views are made."""
+
+    name: str = "shapes"
+    """``"shapes"`` (built-in), ``"cifar10"``, ``"cifar100"``, or a path to an .npz / image folder."""
+    root: Optional[str] = None
+    """Root folder for torchvision datasets."""
+    n_train: Optional[int] = None
+    """Use only the first n training images (None: all)."""
+    test: Optional[str] = None
+    """Evaluation data for probes: a name or path; None: the same source's test split."""
+    n_test: Optional[int] = None
+    img_size: int = 32
+    views: Optional[str] = None
+    """View recipe (``simclr``, ``byol``, ``simsiam``, ``barlow``, ``vicreg``, ``dino``); None: the objective's."""
+    download: bool = False
+
+
+@dataclass
+class BackboneConfig:
+    name: Optional[str] = None
+    """A geohead or timm backbone name; None: the small CPU default of :mod:`geohead.backbones`."""
+    args: dict = field(default_factory=dict)
+    """Extra keyword arguments for the backbone (timm model_args)."""
+    channels_last: bool = False
+    sync_batchnorm: bool = False
+    """Convert BatchNorm to SyncBatchNorm under torch.distributed (the methods' multi-GPU practice)."""
+
+
+@dataclass
+class HeadConfig:
+    """The projection head: a preset with overrides, or a HeadSpec JSON file (``--head``)."""
+
+    preset: Optional[str] = None
+    """A preset name (default: the objective's standard head)."""
+    smooth: bool = True
+    """Replace the preset's ReLU with SiLU."""
+    file: Optional[str] = None
+    """A HeadSpec JSON (e.g. the search's best_head.json); replaces ``preset`` and ``spec``."""
+    spec: dict = field(default_factory=dict)
+    """HeadSpec fields that override the preset (``hidden_dim``, ``out_dim``, ``depth``, ...)."""
+    predictor: dict = field(default_factory=dict)
+    """HeadSpec fields that override the predictor preset (BYOL, SimSiam)."""
+
+    def resolve(self, objective: str, in_dim: int) -> "HeadSpec":
+        """The head's :class:`HeadSpec` for backbone features of dimension ``in_dim``."""
+        from geohead.heads import HeadSpec, preset_spec
+        from geohead.objectives import OBJECTIVES
+
+        if self.file is not None:
+            spec = HeadSpec.load(self.file)
+            return spec if spec.in_dim == in_dim else spec.replace(in_dim=in_dim)
+        preset = self.preset or OBJECTIVES[objective].head_preset
+        return preset_spec(preset, in_dim, smooth=self.smooth, **self.spec)
+
+    def resolve_predictor(self, objective: str, dim: int) -> "HeadSpec | None":
+        from geohead.heads import preset_spec
+        from geohead.objectives import OBJECTIVES
+
+        name = OBJECTIVES[objective].predictor_preset
+        if name is None:
+            return None
+        return preset_spec(name, dim, smooth=self.smooth, **self.predictor)
+
+
+@dataclass
+class OptimConfig:
+    name: str = "lars"
+    lr: float = 0.3
+    """Base learning rate for a batch of 256; the rate used is ``lr * batch_size / 256``."""
+    weight_decay: float = 1e-4
+    momentum: float = 0.9
+    betas: tuple = (0.9, 0.999)
+    lars_trust_coeff: float = 0.02
+    batch_size: int = 256
+    """Global batch (split over processes under torch.distributed)."""
+    epochs: float = 100
+    max_steps: Optional[int] = None
+    """Stop after this many steps (the schedule still spans ``epochs``)."""
+    warmup_epochs: float = 10
+    final_lr_ratio: float = 0.0
+    grad_clip: Optional[float] = None
+
+
+@dataclass
+class TrackConfig:
+    log_every: int = 10
+    """Steps between loss/lr lines in metrics.jsonl."""
+    monitor_every: int = 50
+    """Steps between collapse monitors (RankMe, std of normalised embeddings; 0: off)."""
+    hessian_every: int = 0
+    """Steps between effective-Hessian extremes (costs HVPs; 0: off)."""
+    hessian_samples: int = 64
+    """Samples of the batch used for the Hessian."""
+    hessian_iters: int = 20
+    """Lanczos iterations per Hessian evaluation."""
+    ckpt_every: int = 0
+    """Steps between checkpoints (0: at the end of every epoch)."""
+    progress: bool = True
+
+
+@dataclass
+class ProbeConfig:
+    enabled: bool = True
+    n_train: Optional[int] = 10000
+    n_test: Optional[int] = 10000
+    knn_k: int = 20
+    knn_t: float = 0.07
+    linear: bool = True
+    factors: bool = True
+    """Probe the data's nuisance factors too (the guillotine report)."""
+    factor_bins: int = 4
+
+
+@dataclass
+class TrainConfig:
+    objective: str = "barlow"
+    objective_args: dict = field(default_factory=dict)
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    """``auto``: bf16 autocast on CUDA, fp32 on CPU."""
+    compile: bool = False
+    out: Optional[str] = None
+    """Run folder (default ``runs/<objective>``)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    backbone: BackboneConfig = field(default_factory=BackboneConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    track: TrackConfig = field(default_factory=TrackConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> "TrainConfig":
+        from geohead.heads import PRESETS
+        from geohead.objectives import OBJECTIVES
+
+        _choice("objective", self.objective, tuple(OBJECTIVES))
+        _choice("device", self.device.split(":")[0], DEVICES)
+        _choice("precision", self.precision, PRECISIONS)
+        _choice("optim.name", self.optim.name, OPTIMIZERS)
+        if self.head.preset is not None:
+            _choice("head.preset", self.head.preset, PRESETS)
+        if self.head.file is not None and not Path(self.head.file).is_file():
+            raise ConfigError(f"head.file {self.head.file!r} does not exist (give the path of a HeadSpec JSON)")
+        try:  # build the specs once with a stand-in width so bad head keys fail before training
+            spec = self.head.resolve(self.objective, 8)
+            self.head.resolve_predictor(self.objective, spec.output_dim)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"[head]: {exc}") from None
+        from geohead.objectives import get_objective
+
+        try:
+            args = dict(self.objective_args)
+            if self.objective == "dino":
+                args.setdefault("out_dim", 8)
+            get_objective(self.objective, **args)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"[objective_args]: {exc}") from None
+        if self.data.views is not None:
+            _choice("data.views", self.data.views, tuple(OBJECTIVES))
+        positive = {
+            "optim.batch_size": self.optim.batch_size, "optim.lr": self.optim.lr, "optim.epochs": self.optim.epochs,
+            "data.img_size": self.data.img_size, "track.log_every": self.track.log_every,
+            "probe.knn_k": self.probe.knn_k, "probe.knn_t": self.probe.knn_t, "probe.factor_bins": self.probe.factor_bins,
+        }
+        for key, value in positive.items():
+            if not value > 0:
+                raise ConfigError(f"{key} must be > 0, got {value!r}")
+        nonneg = {
+            "optim.weight_decay": self.optim.weight_decay, "optim.warmup_epochs": self.optim.warmup_epochs,
+            "track.monitor_every": self.track.monitor_every, "track.hessian_every": self.track.hessian_every,
+            "track.ckpt_every": self.track.ckpt_every, "optim.final_lr_ratio": self.optim.final_lr_ratio,
+        }
+        for key, value in nonneg.items():
+            if not value >= 0:
+                raise ConfigError(f"{key} must be >= 0, got {value!r}")
+        if self.optim.max_steps is not None and self.optim.max_steps < 1:
+            raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True, default=list)
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.out or f"runs/{self.objective}")
+
+
+# ---------------------------------------------------------------------- parsing
+def _choice(key: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key} = {value!r} is not allowed; choose one of {list(allowed)}")
+
+
+def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Check ``value`` against annotation ``tp``; return (ok, coerced value)."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, v = _type_ok(value, arg)
+            if ok:
+                return True, v
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True, float(value)
+        return False, value
+    if tp is str:
+        return isinstance(value, str), value
+    if tp is dict:
+        return isinstance(value, dict), value
+    if tp is tuple:
+        if isinstance(value, (list, tuple)):
+            return True, tuple(value)
+        return False, value
+    return True, value
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    return "none" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
+def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in d.items():
+        full = f"{prefix}{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
+            raise ConfigError(f"unknown key {full!r}{hint}; valid keys here are {sorted(fields)}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{full} must be a table of keys, got {value!r}")
+            kwargs[key] = _build(tp, value, f"{full}.")
+            continue
+        ok, coerced = _type_ok(value, tp)
+        if not ok:
+            raise ConfigError(f"{full} = {value!r} has the wrong type; expected {_type_name(tp)}")
+        kwargs[key] = coerced
+    return cls(**kwargs)
+
+
+def config_from_dict(d: dict[str, Any]) -> TrainConfig:
+    """Build and validate a :class:`TrainConfig` from nested dicts (a parsed recipe)."""
+    return _build(TrainConfig, d, "").validate()
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"optim.lr=0.1"`` -> (["optim", "lr"], 0.1); the value is parsed as TOML, else a string."""
+    if "=" not in text:
+        raise ConfigError(f"override {text!r} must look like key=value (e.g. optim.lr=0.1)")
+    key, _, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not key:
+        raise ConfigError(f"override {text!r} has an empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides to a nested recipe dict (copied)."""
+    out = json.loads(json.dumps(d))
+    for text in overrides:
+        path, value = parse_override(text)
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part!r} is not a table")
+        node[path[-1]] = value
+    return out
+
+
+def load_recipe(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a TOML recipe, apply overrides, validate; raises :class:`ConfigError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {str(path)!r} does not exist")
+    try:
+        d = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"recipe {str(path)!r} is not valid TOML: {exc}") from None
+    return config_from_dict(apply_overrides(d, overrides or []))

@@ -1,0 +1,65 @@
+"""Checkpoint files: exact round trips, atomic writes, clear errors, never a pickle load."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from geohead import GeometricHead
+from geohead.checkpoint import CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
+
+
+def test_round_trip_model_and_optimizer(tmp_path) -> None:
+    torch.manual_seed(0)
+    head = GeometricHead(6, 4, hidden_dim=8)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-3)
+    head(torch.randn(5, 6)).pow(2).sum().backward()
+    opt.step()
+    tensors = {f"model.{k}": v for k, v in head.state_dict().items()}
+    t_opt, m_opt = optimizer_tensors(opt)
+    path = save_checkpoint(tmp_path / "last.ckpt", {**tensors, **t_opt}, {"step": 7, "optimizer": m_opt, "spec": head.spec.to_dict()})
+    ck = load_checkpoint(tmp_path)  # a folder means its last.ckpt
+    assert ck.path == path and ck.meta["step"] == 7
+    for k, v in head.state_dict().items():
+        assert torch.equal(ck.section("model")[k], v)
+    head2 = GeometricHead(6, 4, hidden_dim=8)
+    head2.load_state_dict(ck.section("model"))
+    opt2 = torch.optim.AdamW(head2.parameters(), lr=1e-3)
+    load_optimizer(opt2, ck.tensors, ck.meta["optimizer"])
+    s1, s2 = opt.state_dict(), opt2.state_dict()
+    assert s1["param_groups"] == s2["param_groups"]
+    for pid in s1["state"]:
+        for key, value in s1["state"][pid].items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(s2["state"][pid][key]))
+    assert not list(tmp_path.glob(".*tmp*"))  # no temp file left behind
+
+
+def test_errors_for_missing_truncated_corrupted_and_foreign_files(tmp_path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "missing.ckpt")
+    good = save_checkpoint(tmp_path / "a.ckpt", {"x": torch.arange(1000.0)}, {"step": 1})
+    data = good.read_bytes()
+    (tmp_path / "trunc.ckpt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupted"):
+        load_checkpoint(tmp_path / "trunc.ckpt")
+    (tmp_path / "garbage.ckpt").write_bytes(b"\x80\x04\x95 this is a pickle, not safetensors")
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        load_checkpoint(tmp_path / "garbage.ckpt")
+    from safetensors.torch import save_file
+    save_file({"x": torch.zeros(2)}, str(tmp_path / "foreign.ckpt"))
+    with pytest.raises(CheckpointError, match="not a geohead checkpoint"):
+        load_checkpoint(tmp_path / "foreign.ckpt")
+
+
+def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch) -> None:
+    path = save_checkpoint(tmp_path / "last.ckpt", {"x": torch.ones(3)}, {"step": 1})
+    import safetensors.torch
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(path, {"x": torch.zeros(3)}, {"step": 2})
+    ck = load_checkpoint(path)
+    assert ck.meta["step"] == 1 and torch.equal(ck.tensors["x"], torch.ones(3))
+    assert not list(tmp_path.glob(".*tmp*"))

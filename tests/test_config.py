@@ -1,0 +1,62 @@
+"""Recipes: parsing, overrides, and errors that name the key and the allowed values."""
+from __future__ import annotations
+
+import pytest
+
+from geohead.config import ConfigError, TrainConfig, apply_overrides, config_from_dict, load_recipe, parse_override
+
+
+def test_defaults_validate_and_round_trip() -> None:
+    cfg = config_from_dict({})
+    assert isinstance(cfg, TrainConfig) and cfg.objective == "barlow"
+    again = config_from_dict(cfg.to_dict())
+    assert again == cfg
+
+
+def test_recipe_file_and_overrides(tmp_path) -> None:
+    path = tmp_path / "r.toml"
+    path.write_text('objective = "simclr"\n[optim]\nlr = 0.5\nepochs = 3\n[head.spec]\nhidden_dim = 64\n')
+    cfg = load_recipe(path, ["optim.lr=0.1", "head.spec.activation=gelu", "data.name=../shared/x.npz", "seed=3"])
+    assert cfg.objective == "simclr" and cfg.optim.lr == 0.1 and cfg.optim.epochs == 3.0
+    assert cfg.head.spec == {"hidden_dim": 64, "activation": "gelu"}
+    assert cfg.data.name == "../shared/x.npz" and cfg.seed == 3
+    spec = cfg.head.resolve("simclr", 32)
+    assert (spec.in_dim, spec.hidden_dim, spec.activation, spec.out_dim) == (32, 64, "gelu", 128)
+
+
+@pytest.mark.parametrize("recipe,message", [
+    ({"objectiv": "barlow"}, r"unknown key 'objectiv' \(did you mean 'objective'\?\)"),
+    ({"optim": {"lrr": 0.1}}, r"unknown key 'optim.lrr' \(did you mean 'optim.lr'\?\); valid keys here are \[.*'lr'"),
+    ({"optim": {"lr": "fast"}}, r"optim.lr = 'fast' has the wrong type; expected float"),
+    ({"optim": {"name": "adam"}}, r"optim.name = 'adam' is not allowed; choose one of \['lars', 'sgd', 'adamw'\]"),
+    ({"objective": "moco"}, r"objective = 'moco' is not allowed; choose one of"),
+    ({"optim": {"lr": -1.0}}, r"optim.lr must be > 0"),
+    ({"head": {"spec": {"widht": 3}}}, r"\[head\]: unknown preset overrides \['widht'\]"),
+    ({"head": {"spec": {"activation": "swishy"}}}, r"\[head\]: unknown activation 'swishy'"),
+    ({"objective_args": {"temperature": 0.1}}, r"\[objective_args\]: objective 'barlow' has no hyper-parameter"),
+    ({"data": {"views": "mocov3"}}, r"data.views = 'mocov3' is not allowed"),
+    ({"data": "cifar10"}, r"data must be a table of keys"),
+    ({"head": {"file": "/nonexistent/head.json"}}, r"head.file '/nonexistent/head.json' does not exist"),
+])
+def test_bad_recipes_name_the_key(recipe: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(recipe)
+
+
+def test_override_parsing() -> None:
+    assert parse_override("optim.lr=1e-3") == (["optim", "lr"], 1e-3)
+    assert parse_override("probe.enabled=false") == (["probe", "enabled"], False)
+    assert parse_override("data.name=cifar10") == (["data", "name"], "cifar10")
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("optim.lr")
+    with pytest.raises(ConfigError, match="is not a table"):
+        apply_overrides({"seed": 1}, ["seed.x=2"])
+
+
+def test_missing_and_invalid_recipe_files(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_recipe(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("objective = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_recipe(bad)
