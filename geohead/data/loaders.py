@@ -1,0 +1,274 @@
+"""``load_dataset``: one entry point for the built-in shapes, CIFAR-10/100, .npz files and image folders."""
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from geohead.data.dataset import ImageData
+
+#: Names ``load_dataset`` understands besides paths.
+DATASET_NAMES: tuple[str, ...] = ("shapes", "cifar10", "cifar100")
+#: Default sizes of the built-in shapes splits.
+SHAPES_TRAIN_N = 10_000
+SHAPES_TEST_N = 2_000
+IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
+NPZ_LAYOUT = (
+    "an .npz with 'images' uint8 (N, H, W, 3) (or (N, H, W) grayscale), 'labels' integer (N,) and "
+    "optionally 'classes' str (C,)"
+)
+#: Standard CIFAR normalisation constants (training sets, images / 255).
+CIFAR_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+}
+
+
+def default_root() -> Path:
+    """Where torchvision datasets live by default: ``$GEOHEAD_DATA`` or ``~/.cache/geohead/data``."""
+    return Path(os.environ.get("GEOHEAD_DATA", Path.home() / ".cache" / "geohead" / "data")).expanduser()
+
+
+def shapes_seed(seed: int, train: bool) -> int:
+    """Generator seed of a shapes split: ``2·seed`` (train) and ``2·seed + 1`` (test), disjoint for all seeds."""
+    return 2 * int(seed) + (0 if train else 1)
+
+
+def load_dataset(
+    name_or_path: str | os.PathLike,
+    root: str | os.PathLike | None = None,
+    train: bool = True,
+    download: bool = False,
+    n: int | None = None,
+    img_size: int | None = 32,
+    seed: int = 0,
+    **kw: Any,
+) -> ImageData:
+    """Load a dataset as :class:`ImageData` (uint8 (N, 3, H, W) images, int64 labels).
+
+    Args:
+        name_or_path: "shapes" (built in, generated), "cifar10" / "cifar100" (torchvision's
+            datasets under ``root``), a path to an .npz file (layout of ../shared/data/README.md:
+            ``images`` uint8 (N, H, W, C), ``labels`` (N,), optional ``classes``), or a folder with
+            one subfolder of images per class.
+        root: directory of torchvision's CIFAR files (default :func:`default_root`).
+        train: which split; for shapes the two splits come from disjoint seeds
+            (:func:`shapes_seed`); ignored for a file or folder (the path is the split).
+        download: let torchvision download CIFAR (needs internet).
+        n: keep a random subset of ``n`` samples (seeded by ``seed``; for shapes: generate ``n``;
+            default 10,000 train / 2,000 test).
+        img_size: resize to img_size × img_size (bilinear, antialiased) when the stored size
+            differs; ``None`` keeps the stored size (an image folder then needs equal sizes).
+        seed: seed of the shapes generator and of the subset choice.
+        **kw: passed to :func:`geohead.data.shapes.make_shapes` for "shapes" (e.g. ``ranges``).
+
+    Raises:
+        ValueError: unknown name, malformed .npz, folder without images, bad arguments.
+        FileNotFoundError: a path or a CIFAR root that does not exist.
+    """
+    if n is not None and (int(n) != n or n < 1):
+        raise ValueError(f"n must be a positive integer or None, got {n!r}")
+    if img_size is not None and (int(img_size) != img_size or img_size < 1):
+        raise ValueError(f"img_size must be a positive integer or None, got {img_size!r}")
+    key = str(name_or_path).lower() if isinstance(name_or_path, str) else None
+    if key == "shapes":
+        from geohead.data.shapes import make_shapes
+
+        count = n if n is not None else (SHAPES_TRAIN_N if train else SHAPES_TEST_N)
+        split = "train" if train else "test"
+        return make_shapes(count, img_size=img_size or 32, seed=shapes_seed(seed, train), name=f"shapes-{split}", **kw)
+    if kw:
+        raise ValueError(f"extra keyword arguments {sorted(kw)} are only understood by the 'shapes' dataset")
+    if key in ("cifar10", "cifar100"):
+        data = _load_cifar(key, root, train, download)
+    else:
+        path = Path(name_or_path).expanduser()
+        looks_like_path = isinstance(name_or_path, os.PathLike) or any(c in str(name_or_path) for c in "/\\.")
+        if not path.exists():
+            if looks_like_path:
+                raise FileNotFoundError(
+                    f"dataset path {str(path)!r} does not exist; pass an existing .npz file or image "
+                    f"folder, or one of the built-in names {list(DATASET_NAMES)}"
+                )
+            close = difflib.get_close_matches(str(name_or_path).lower(), DATASET_NAMES, n=2, cutoff=0.5)
+            hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+            raise ValueError(
+                f"unknown dataset {str(name_or_path)!r}{hint}; valid names are {list(DATASET_NAMES)}, or "
+                "pass a path to an .npz file or to an image folder (one subfolder per class)"
+            )
+        if path.is_dir():
+            data = _load_folder(path, img_size)
+        elif path.suffix.lower() == ".npz":
+            data = _load_npz(path)
+        else:
+            raise ValueError(
+                f"cannot read {str(path)!r}: expected {NPZ_LAYOUT}, or a folder of images with one "
+                "subfolder per class"
+            )
+    if n is not None and n < len(data):
+        g = torch.Generator().manual_seed(int(seed))
+        idx = torch.randperm(len(data), generator=g)[: int(n)].sort().values
+        data = data.subset(idx)
+    if img_size is not None and data.img_size != (img_size, img_size):
+        data = _resized(data, int(img_size))
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _from_nhwc(images: np.ndarray) -> Tensor:
+    """uint8 (N, H, W, C) or (N, H, W) numpy -> uint8 (N, 3, H, W) tensor (gray repeated)."""
+    x = torch.from_numpy(np.ascontiguousarray(images))
+    if x.ndim == 3:
+        x = x.unsqueeze(-1)
+    if x.shape[-1] == 1:
+        x = x.expand(*x.shape[:-1], 3)
+    return x.permute(0, 3, 1, 2).contiguous()
+
+
+def _resized(data: ImageData, size: int) -> ImageData:
+    """Bilinear antialiased resize of all images to size × size (uint8 in, uint8 out)."""
+    out = torch.empty(len(data), 3, size, size, dtype=torch.uint8)
+    for i in range(0, len(data), 2048):
+        x = data.images[i : i + 2048].float()
+        y = F.interpolate(x, size=(size, size), mode="bilinear", antialias=True, align_corners=False)
+        out[i : i + 2048] = y.round_().clamp_(0, 255).to(torch.uint8)
+    return ImageData(
+        images=out, labels=data.labels, class_names=data.class_names, factors=data.factors,
+        factor_kinds=data.factor_kinds, factor_periods=data.factor_periods, name=data.name,
+    )
+
+
+def _load_cifar(name: str, root: str | os.PathLike | None, train: bool, download: bool) -> ImageData:
+    from torchvision import datasets
+
+    cls = datasets.CIFAR10 if name == "cifar10" else datasets.CIFAR100
+    base = Path(root).expanduser() if root is not None else default_root()
+    try:
+        ds = cls(str(base), train=train, download=download)
+    except RuntimeError as e:  # torchvision: "Dataset not found or corrupted."
+        raise FileNotFoundError(
+            f"{name} not found under {str(base)!r} ({e}). Pass download=True (needs internet; the CLI's "
+            f"--download), point root at a folder holding torchvision's '{cls.base_folder}', or use an "
+            f".npz copy: load_dataset('path/to/{name}.npz') with {NPZ_LAYOUT}."
+        ) from e
+    mean, std = CIFAR_STATS[name]
+    return ImageData(
+        images=_from_nhwc(ds.data),
+        labels=torch.as_tensor(ds.targets, dtype=torch.int64),
+        class_names=list(ds.classes),
+        mean=mean,
+        std=std,
+        name=f"{name}-{'train' if train else 'test'}",
+    )
+
+
+def _load_npz(path: Path) -> ImageData:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except ValueError as e:
+        raise ValueError(
+            f"{str(path)!r} holds object (pickled) arrays, which geohead does not load ({e}); "
+            f"save {NPZ_LAYOUT} with plain dtypes"
+        ) from e
+    except Exception as e:  # zipfile.BadZipFile, OSError
+        raise ValueError(f"{str(path)!r} is not a readable .npz file ({type(e).__name__}: {e})") from e
+    missing = [k for k in ("images", "labels") if k not in arrays]
+    if missing:
+        raise ValueError(
+            f"{str(path)!r} lacks the key(s) {missing} (it has {sorted(arrays)}); expected {NPZ_LAYOUT}"
+        )
+    images, labels = arrays["images"], arrays["labels"]
+    if images.dtype != np.uint8:
+        raise ValueError(
+            f"{str(path)!r}: 'images' must be uint8 (0..255), got {images.dtype}; convert float images "
+            "in [0, 1] with (x * 255).round().astype(np.uint8)"
+        )
+    if images.ndim == 4 and images.shape[-1] not in (1, 3) and images.shape[1] in (1, 3):
+        raise ValueError(
+            f"{str(path)!r}: 'images' has shape {images.shape}, which looks channels-first; the layout is "
+            "(N, H, W, C): save np.transpose(images, (0, 2, 3, 1))"
+        )
+    if not (images.ndim == 3 or (images.ndim == 4 and images.shape[-1] in (1, 3))):
+        raise ValueError(f"{str(path)!r}: 'images' must have shape (N, H, W, 3) or (N, H, W), got {images.shape}")
+    if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
+        raise ValueError(
+            f"{str(path)!r}: 'labels' must have shape ({images.shape[0]},) to match the images, got {labels.shape}"
+        )
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise ValueError(
+            f"{str(path)!r}: 'labels' must be integers, got {labels.dtype}; save labels.astype(np.int64)"
+        )
+    if labels.size and labels.min() < 0:
+        raise ValueError(f"{str(path)!r}: 'labels' must be >= 0, found {int(labels.min())}")
+    num = int(labels.max()) + 1 if labels.size else 0
+    if "classes" in arrays:
+        classes = [str(c) for c in arrays["classes"].reshape(-1).tolist()]
+        if len(classes) < num:
+            raise ValueError(
+                f"{str(path)!r}: 'classes' names {len(classes)} classes but labels go up to {num - 1}"
+            )
+    else:
+        classes = [str(i) for i in range(num)]
+    return ImageData(
+        images=_from_nhwc(images),
+        labels=torch.from_numpy(labels.astype(np.int64)),
+        class_names=classes,
+        name=str(path),
+    )
+
+
+def _load_folder(path: Path, img_size: int | None) -> ImageData:
+    from PIL import Image
+
+    subdirs = sorted(d for d in path.iterdir() if d.is_dir() and not d.name.startswith("."))
+    top_images = [f for f in path.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS]
+    if not subdirs:
+        hint = f"; it holds {len(top_images)} images directly: move them into class subfolders" if top_images else ""
+        raise ValueError(
+            f"image folder {str(path)!r} has no class subfolders{hint} (expected {path}/<class>/<image>"
+            f"{{{','.join(IMAGE_EXTENSIONS)}}})"
+        )
+    files: list[tuple[Path, int]] = []
+    empty = []
+    for c, d in enumerate(subdirs):
+        found = sorted(f for f in d.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+        if not found:
+            empty.append(d.name)
+        files.extend((f, c) for f in found)
+    if not files:
+        raise ValueError(
+            f"image folder {str(path)!r} contains no images (looked for {', '.join(IMAGE_EXTENSIONS)} in "
+            f"its subfolders {[d.name for d in subdirs][:10]})"
+        )
+    if empty:
+        raise ValueError(
+            f"class folder(s) {empty} under {str(path)!r} contain no images; remove them or add images "
+            f"({', '.join(IMAGE_EXTENSIONS)})"
+        )
+    arrays = []
+    for f, _ in files:
+        with Image.open(f) as im:
+            im = im.convert("RGB")
+            if img_size is not None and im.size != (img_size, img_size):
+                im = im.resize((img_size, img_size), Image.Resampling.BILINEAR, reducing_gap=None)
+            arrays.append(np.asarray(im, dtype=np.uint8))
+    shapes = {a.shape for a in arrays}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"images under {str(path)!r} have different sizes {sorted(shapes)[:4]}; pass img_size=... to resize them"
+        )
+    return ImageData(
+        images=_from_nhwc(np.stack(arrays)),
+        labels=torch.tensor([c for _, c in files], dtype=torch.int64),
+        class_names=[d.name for d in subdirs],
+        name=str(path),
+    )
