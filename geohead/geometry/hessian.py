@@ -1,0 +1,457 @@
+"""The effective Hessian of an SSL objective with respect to the backbone representations.
+
+For a head h, an objective L and a batch of backbone representations Z (B, d), geohead studies
+the composite (Chaudhry 2026, Sec. 2)
+
+    f(Z) = L( branch(h(Z)), b ),     b = target branch of the other view, held fixed,
+
+where ``branch = predictor ∘ h`` for objectives with a predictor (BYOL, SimSiam) and ``h``
+otherwise, and ``b`` = (teacher or same) head applied to the other view's representations
+(detached), or a ``target`` given directly. With e = branch(h(Z)) ∈ R^{B×k} and J = ∂e/∂Z, the
+paper's decomposition of the effective Hessian is
+
+    H_eff = ∇²_Z f = Jᵀ (∇²_e L) J  +  Σ_i [∇_e L]_i ∇²_Z e_i  =  G + M,
+
+G the pullback metric (Gauss–Newton part), M the interaction term (the head's curvature weighted
+by the objective's gradient). For cosine-type losses, whose ∇²_e L is indefinite along each
+embedding's own direction, G_tan = Jᵀ P (∇²_e L) P J with P = blockdiag(I − ê_b ê_bᵀ) is given
+beside G.
+
+:class:`EffectiveHessian` exposes H_eff, G, M, G_tan and ∇²_e L (and its tangent version) as
+:class:`~geohead.geometry.operators.Operator` objects on flattened vectors (R^{B·d}, or R^{B·k}
+for the objective's own Hessian), all from one forward graph:
+
+* H v: double backward through the retained graph of ∇_Z f (one backward of the backward per
+  product; measured faster than forward-over-reverse on CPU, see ``benchmarks/hessian.py``);
+* M v: double backward of φ(Z) = ⟨∇_e L (fixed), e(Z)⟩, so M is computed directly, not as
+  H − G (it is exactly zero for linear and ReLU heads in BatchNorm eval mode);
+* G v: J v by the double-vjp trick, ∇²_e L by double backward in e-space, Jᵀ by one vjp.
+
+Spectra come from :mod:`geohead.geometry.spectral` (re-exported here): :func:`lanczos`,
+:func:`slq_density`, :func:`hutchinson_trace`, :func:`frobenius_norm`; :func:`spectrum_summary`
+condenses one operator into the numbers the training loop and the head search log.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Literal
+
+import torch
+from torch import Tensor, nn
+
+from geohead.geometry.operators import BN_MODES, Operator, as_operator, functional_module
+from geohead.geometry.spectral import (
+    Estimate,
+    LanczosResult,
+    SpectralDensity,
+    default_tol,
+    frobenius_norm,
+    hutchinson_trace,
+    lanczos,
+    power_iteration,
+    shifted_power_iteration,
+    slq_density,
+)
+
+Mode = Literal["accurate", "fast"]
+
+#: Settings of the two cost modes of :func:`spectrum_summary` and ``escape_curvature``.
+#: "accurate": float64 diagnostics, Ritz residuals to 1e-8·max|λ|. "fast": a fixed small Krylov
+#: budget for screening many heads (λ_max converges in a few steps, λ_min only roughly).
+MODES: dict[str, dict[str, Any]] = {
+    "accurate": {"k": 6, "max_iter": None, "lanczos_tol": None, "fro_probes": 30, "dtype": torch.float64},
+    "fast": {"k": 2, "max_iter": 16, "lanczos_tol": 1e-3, "fro_probes": 6, "dtype": torch.float32},
+}
+
+
+def _check_finite(x: Tensor, name: str) -> None:
+    bad = int((~torch.isfinite(x)).sum())
+    if bad:
+        raise ValueError(f"{name} contains {bad} non-finite entries (NaN or inf); pass finite representations")
+
+
+def _grad(outputs: Tensor, inputs: Tensor, grad_outputs: Tensor, create_graph: bool = False) -> Tensor:
+    """∂⟨outputs, grad_outputs⟩/∂inputs; zeros where ``outputs`` does not depend on ``inputs``."""
+    if not outputs.requires_grad:
+        return torch.zeros_like(inputs)
+    (g,) = torch.autograd.grad(
+        outputs, inputs, grad_outputs, retain_graph=True, create_graph=create_graph, allow_unused=True,
+        materialize_grads=True,
+    )
+    return g
+
+
+class EffectiveHessian:
+    """H_eff = G + M of Z ↦ L(branch(h(Z)), b) as operators on R^{B·d} (see the module docstring).
+
+    Args:
+        head: the projection head h, any ``nn.Module`` mapping (B, d) → (B, k); weights are held
+            fixed (detached, cast to ``dtype``); the module is not modified.
+        objective: a :class:`~geohead.objectives.base.Objective`; its ``loss(a, b)`` is used.
+        z: backbone representations of the online view, (B, d).
+        z_other: representations of the other view, (B, d); the fixed branch is
+            ``b = teacher(z_other)`` (``teacher`` defaults to ``head``). Default: ``z`` itself.
+        target: the fixed branch output b, (B, k), given directly (overrides ``z_other``).
+        predictor: the predictor (B, k) → (B, k) for objectives with ``needs_predictor``
+            (BYOL, SimSiam); required for them, optional for the others.
+        teacher: the head that makes the target branch (an EMA teacher); default ``head``.
+        bn_mode: ``"eval"`` (default: running statistics, samples independent) or ``"train"``
+            (batch statistics: couples the samples and makes even ReLU heads curved).
+        dtype: float64 (default, diagnostics) or float32 (cheap screening).
+
+    Attributes (after construction):
+        batch_size, in_dim (d), out_dim (k of the loss input), dim (= B·d), embed_dim (= B·k),
+        loss (float), grad_e ((B, k) ∇_e L), grad_z ((B, d) ∇_Z f), dtype, bn_mode.
+
+    Operators (all symmetric; ``op(v)`` takes a flat vector, ``op.dense()`` builds the matrix):
+        ``H`` (H_eff), ``G``, ``M``, ``G_tangent`` (on R^{B·d}); ``objective_hessian`` (∇²_e L)
+        and ``objective_hessian_tangent`` (P ∇²_e L P) on R^{B·k}.
+        ``jvp(v)`` = J v (B·d → B·k) and ``vjp(u)`` = Jᵀ u are available for custom products.
+    """
+
+    def __init__(
+        self,
+        head: nn.Module,
+        objective: nn.Module,
+        z: Tensor,
+        z_other: Tensor | None = None,
+        *,
+        target: Tensor | None = None,
+        predictor: nn.Module | None = None,
+        teacher: nn.Module | None = None,
+        bn_mode: str = "eval",
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
+        if bn_mode not in BN_MODES:
+            raise ValueError(f"unknown bn_mode {bn_mode!r}; use 'eval' (running statistics) or 'train' (batch statistics)")
+        if dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"dtype must be a floating dtype (float64 for diagnostics, float32 for screening), got {dtype}")
+        if not isinstance(z, Tensor) or z.dim() != 2:
+            raise ValueError(f"z must be a (B, d) tensor of backbone representations, got shape {tuple(getattr(z, 'shape', ()))}")
+        in_dim = getattr(head, "in_dim", None)
+        if isinstance(in_dim, int) and z.shape[1] != in_dim:
+            raise ValueError(f"z has feature dimension {z.shape[1]} but the head expects in_dim={in_dim}")
+        _check_finite(z, "z")
+        needs_pred = bool(getattr(objective, "needs_predictor", False))
+        name = getattr(objective, "name", type(objective).__name__)
+        if needs_pred and predictor is None:
+            raise ValueError(
+                f"objective {name!r} needs a predictor (its loss compares predictor(head(z1)) with the "
+                f"other branch); pass predictor=objective.make_predictor(k) or your trained predictor"
+            )
+        if z_other is not None:
+            if not isinstance(z_other, Tensor) or z_other.shape != z.shape:
+                raise ValueError(
+                    f"z_other must have the shape of z {tuple(z.shape)}, got {tuple(getattr(z_other, 'shape', ()))}"
+                )
+            _check_finite(z_other, "z_other")
+        self.objective = objective
+        self.objective_name = name
+        self.bn_mode = bn_mode
+        self.dtype = dtype
+        self.device = z.device
+        self.cosine = bool(getattr(objective, "cosine", False))
+        self.batch_size, self.in_dim = int(z.shape[0]), int(z.shape[1])
+
+        h = functional_module(head, dtype=dtype, device=z.device, bn_mode=bn_mode)
+        p = functional_module(predictor, dtype=dtype, device=z.device, bn_mode=bn_mode) if predictor is not None else None
+        t = functional_module(teacher, dtype=dtype, device=z.device, bn_mode=bn_mode) if teacher is not None else h
+        self._branch: Callable[[Tensor], Tensor] = (lambda x: p(h(x))) if p is not None else h
+
+        with torch.no_grad():
+            if target is not None:
+                if not isinstance(target, Tensor):
+                    raise ValueError(f"target must be a tensor, got {type(target).__name__}")
+                b = target.detach().to(device=z.device, dtype=dtype)
+            else:
+                src = z_other if z_other is not None else z
+                b = t(src.detach().to(dtype))
+        _check_finite(b, "target branch output")
+        self.target = b
+
+        self._z = z.detach().to(dtype).clone().requires_grad_(True)
+        e = self._branch(self._z)
+        if e.dim() != 2 or e.shape[0] != self.batch_size:
+            raise ValueError(f"the online branch returned shape {tuple(e.shape)}; expected (B={self.batch_size}, k)")
+        if b.shape != e.shape:
+            raise ValueError(
+                f"target branch output has shape {tuple(b.shape)} but the online branch gives {tuple(e.shape)}; "
+                "the target must match the online branch (after the predictor, if any)"
+            )
+        _check_finite(e, "online branch output")
+        self._e = e
+        self.out_dim = int(e.shape[1])
+        self.dim = self.batch_size * self.in_dim
+        self.embed_dim = self.batch_size * self.out_dim
+
+        # objective graph in e-space (e as an independent leaf)
+        self._e_leaf = e.detach().requires_grad_(True)
+        loss_e = objective.loss(self._e_leaf, b)
+        if loss_e.dim() != 0:
+            raise ValueError(f"objective.loss must return a scalar, got shape {tuple(loss_e.shape)}")
+        (self._ge,) = torch.autograd.grad(loss_e, self._e_leaf, create_graph=True)
+        self.loss = float(loss_e.detach())
+        self.grad_e = self._ge.detach()
+        self.grad_z = _grad(e, self._z, self.grad_e).detach()
+        e_hat = e.detach() / e.detach().norm(dim=1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
+        self._e_hat = e_hat
+        self._full_grad: Tensor | None = None  # ∇_Z f with graph (for H)
+        self._phi_grad: Tensor | None = None  # ∇_Z ⟨g_e, e⟩ with graph (for M)
+        self._u0: Tensor | None = None
+        self._jt_u0: Tensor | None = None  # Jᵀ u0 with graph in u0 (for J v)
+
+        self.H = Operator(self.hvp, self.dim, dtype=dtype, device=self.device, name="H_eff")
+        self.G = Operator(self.gvp, self.dim, dtype=dtype, device=self.device, name="G")
+        self.M = Operator(self.mvp, self.dim, dtype=dtype, device=self.device, name="M")
+        self.G_tangent = Operator(self.gvp_tangent, self.dim, dtype=dtype, device=self.device, name="G_tangent")
+        self.objective_hessian = Operator(self.objective_hvp, self.embed_dim, dtype=dtype, device=self.device, name="hess_e L")
+        self.objective_hessian_tangent = Operator(
+            self.objective_hvp_tangent, self.embed_dim, dtype=dtype, device=self.device, name="P hess_e L P"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def z(self) -> Tensor:
+        """The representations the operators are evaluated at, (B, d), in ``dtype``."""
+        return self._z.detach()
+
+    @property
+    def embeddings(self) -> Tensor:
+        """The online branch output e (B, k) (after the predictor, if any)."""
+        return self._e.detach()
+
+    @property
+    def grad_norm(self) -> float:
+        """‖∇_e L‖ (Frobenius over the batch): M vanishes when it does (Thm 4.1 needs it ≠ 0)."""
+        return float(self.grad_e.norm())
+
+    def _as_z(self, v: Tensor) -> Tensor:
+        v = v.to(device=self.device, dtype=self.dtype)
+        if v.shape == (self.dim,):
+            return v.view(self.batch_size, self.in_dim)
+        if v.shape == (self.batch_size, self.in_dim):
+            return v
+        raise ValueError(f"expected a vector of shape ({self.dim},) or ({self.batch_size}, {self.in_dim}), got {tuple(v.shape)}")
+
+    def _as_e(self, u: Tensor) -> Tensor:
+        u = u.to(device=self.device, dtype=self.dtype)
+        if u.shape == (self.embed_dim,):
+            return u.view(self.batch_size, self.out_dim)
+        if u.shape == (self.batch_size, self.out_dim):
+            return u
+        raise ValueError(f"expected a vector of shape ({self.embed_dim},) or ({self.batch_size}, {self.out_dim}), got {tuple(u.shape)}")
+
+    def _project(self, u: Tensor) -> Tensor:
+        """P u: remove each row's component along its embedding direction ê_b."""
+        return u - self._e_hat * (self._e_hat * u).sum(1, keepdim=True)
+
+    # ------------------------------------------------------------------ products
+    def jvp(self, v: Tensor) -> Tensor:
+        """J v: (B·d,) or (B, d) → (B·k,), by the double-vjp trick on the retained graph."""
+        if self._jt_u0 is None:
+            self._u0 = torch.zeros_like(self._e, requires_grad=True)
+            self._jt_u0 = _grad(self._e, self._z, self._u0, create_graph=True)
+        assert self._u0 is not None
+        return _grad(self._jt_u0, self._u0, self._as_z(v)).reshape(-1)
+
+    def vjp(self, u: Tensor) -> Tensor:
+        """Jᵀ u: (B·k,) or (B, k) → (B·d,)."""
+        return _grad(self._e, self._z, self._as_e(u)).reshape(-1)
+
+    def objective_hvp(self, u: Tensor) -> Tensor:
+        """∇²_e L u on R^{B·k}."""
+        return _grad(self._ge, self._e_leaf, self._as_e(u)).reshape(-1)
+
+    def objective_hvp_tangent(self, u: Tensor) -> Tensor:
+        """P ∇²_e L P u on R^{B·k} (sphere-tangent objective Hessian)."""
+        pu = self._project(self._as_e(u))
+        return self._project(_grad(self._ge, self._e_leaf, pu)).reshape(-1)
+
+    def hvp(self, v: Tensor) -> Tensor:
+        """H_eff v on R^{B·d} (double backward through ∇_Z f)."""
+        if self._full_grad is None:
+            loss = self.objective.loss(self._e, self.target)
+            self._full_grad = _grad(loss, self._z, torch.ones_like(loss), create_graph=True)
+        return _grad(self._full_grad, self._z, self._as_z(v)).reshape(-1)
+
+    def mvp(self, v: Tensor) -> Tensor:
+        """M v = Σ_i [∇_e L]_i ∇²_Z e_i v (double backward of ⟨∇_e L, e(Z)⟩ with ∇_e L fixed)."""
+        if self._phi_grad is None:
+            self._phi_grad = _grad(self._e, self._z, self.grad_e, create_graph=True)
+        return _grad(self._phi_grad, self._z, self._as_z(v)).reshape(-1)
+
+    def gvp(self, v: Tensor) -> Tensor:
+        """G v = Jᵀ (∇²_e L) J v."""
+        return self.vjp(self.objective_hvp(self.jvp(v)))
+
+    def gvp_tangent(self, v: Tensor) -> Tensor:
+        """G_tan v = Jᵀ P (∇²_e L) P J v (meaningful for cosine-type objectives)."""
+        return self.vjp(self.objective_hvp_tangent(self.jvp(v)))
+
+    def operator(self, name: str) -> Operator:
+        """One of ``"H"``, ``"G"``, ``"M"``, ``"G_tangent"``, ``"objective"``, ``"objective_tangent"``."""
+        table = {
+            "H": self.H, "G": self.G, "M": self.M, "G_tangent": self.G_tangent,
+            "objective": self.objective_hessian, "objective_tangent": self.objective_hessian_tangent,
+        }
+        if name not in table:
+            raise ValueError(f"unknown operator {name!r}; valid names are {sorted(table)}")
+        return table[name]
+
+    def __repr__(self) -> str:
+        return (
+            f"EffectiveHessian(objective={self.objective_name!r}, B={self.batch_size}, d={self.in_dim}, "
+            f"k={self.out_dim}, dim={self.dim}, bn_mode={self.bn_mode!r}, dtype={self.dtype})"
+        )
+
+
+# ---------------------------------------------------------------------- summary
+@dataclasses.dataclass
+class SpectrumSummary:
+    """The numbers one Lanczos run gives about a symmetric operator.
+
+    Attributes:
+        lambda_min, lambda_max: extreme Ritz values; ``residual_min``/``residual_max`` their
+            Ritz residuals (an eigenvalue lies within the residual).
+        scale: max|θ| over the Ritz values (what ``tol`` is relative to).
+        num_negative: converged Ritz values below −tol·scale (distinct eigenvalues among the
+            computed ones, at most k per end unless the run was exact).
+        negative_tol: tol.
+        condition_within_rank: max|θ| / min{|θ| : converged, |θ| > tol·scale}: for a positive
+            semi-definite operator the ratio of its largest eigenvalue to its smallest *non-zero*
+            one, i.e. the condition number on its range (a single Krylov sequence sees the null
+            space as one eigenvalue, so the bottom end after it is the range's bottom end);
+            for an indefinite operator the ratio over the converged extremes (a lower bound).
+        m_over_h: ‖M‖_F/‖H_eff‖_F (only when an :class:`EffectiveHessian` was summarised),
+            ``m_over_h_stderr`` its propagated standard error (0 when computed exactly).
+        n_matvec, iterations, converged, exact: cost and status of the Lanczos run.
+    """
+
+    name: str
+    dim: int
+    lambda_min: float
+    lambda_max: float
+    residual_min: float
+    residual_max: float
+    scale: float
+    num_negative: int
+    negative_tol: float
+    condition_within_rank: float
+    iterations: int
+    n_matvec: int
+    converged: bool
+    exact: bool
+    dtype: str
+    eigenvalues: list[float]
+    m_over_h: float | None = None
+    m_over_h_stderr: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _condition(lz: LanczosResult, tol: float) -> float:
+    theta, res = lz.ritz_values, lz.ritz_residuals
+    scale = lz.scale
+    if scale == 0:
+        return float("nan")
+    ok = (res <= max(lz.tol, 1e-12) * scale * 10) & (theta.abs() > tol * scale)
+    if not bool(ok.any()):
+        return float("nan")
+    return scale / float(theta[ok].abs().min())
+
+
+def count_negative(lz: LanczosResult, tol: float) -> int:
+    """Converged Ritz values below −tol·max|θ| (residual-aware: θ + residual < −tol·scale)."""
+    scale = lz.scale
+    return int(((lz.ritz_values + lz.ritz_residuals) < -tol * scale).sum())
+
+
+def m_over_h_ratio(
+    eh: EffectiveHessian, *, num_probes: int = 30, generator: torch.Generator | None = None, exact: bool | None = None
+) -> tuple[float, float]:
+    """‖M‖_F / ‖H_eff‖_F with shared probes (exact when dim ≤ num_probes or ``exact=True``).
+
+    Returns (ratio, stderr); the stderr combines the two relative standard errors. M is computed
+    directly, so the ratio is exactly 0 where the head has no curvature.
+    """
+    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) if generator is not None else 0
+    m = frobenius_norm(eh.M, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
+    h = frobenius_norm(eh.H, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
+    if h.value == 0:
+        return (0.0 if m.value == 0 else float("inf")), 0.0
+    ratio = m.value / h.value
+    rel = math.hypot(m.stderr / m.value if m.value else 0.0, h.stderr / h.value)
+    return ratio, ratio * rel
+
+
+def spectrum_summary(
+    op: Operator | EffectiveHessian | Callable[[Tensor], Tensor],
+    dim: int | None = None,
+    *,
+    k: int | None = None,
+    tol: float = 1e-6,
+    mode: Mode = "accurate",
+    max_iter: int | None = None,
+    lanczos_tol: float | None = None,
+    fro_probes: int | None = None,
+    generator: torch.Generator | None = None,
+) -> SpectrumSummary:
+    """λ_min, λ_max, negatives, within-rank condition number (and ‖M‖_F/‖H‖_F) of an operator.
+
+    Args:
+        op: an :class:`Operator`, a matvec callable (with ``dim``), or an
+            :class:`EffectiveHessian` (then H_eff is summarised and ‖M‖_F/‖H_eff‖_F added).
+        k: Ritz values per end (default by ``mode``: 6 accurate, 2 fast).
+        tol: an eigenvalue counts as negative only below −tol·max|λ| (DESIGN.md pitfall).
+        mode: ``"accurate"`` (converge to ``lanczos_tol``, default 1e-8 relative in float64) or
+            ``"fast"`` (at most 16 Lanczos steps, 6 Frobenius probes: a screening budget; the
+            operator's dtype is whatever the EffectiveHessian was built with).
+        max_iter, lanczos_tol, fro_probes: override the mode's settings.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {list(MODES)}")
+    cfg = MODES[mode]
+    k = cfg["k"] if k is None else k
+    max_iter = cfg["max_iter"] if max_iter is None else max_iter
+    lanczos_tol = cfg["lanczos_tol"] if lanczos_tol is None else lanczos_tol
+    fro_probes = cfg["fro_probes"] if fro_probes is None else fro_probes
+    eh = op if isinstance(op, EffectiveHessian) else None
+    A = eh.H if eh is not None else as_operator(op, dim)
+    start = A.n_matvec
+    k = min(k, A.dim)
+    if max_iter is not None:
+        max_iter = max(max_iter, min(2 * k, A.dim))
+    lz = lanczos(A, k=k, which="both", max_iter=max_iter, tol=lanczos_tol, generator=generator)
+    ratio = se = None
+    if eh is not None:
+        ratio, se = m_over_h_ratio(eh, num_probes=fro_probes, generator=generator)
+    return SpectrumSummary(
+        name=A.name,
+        dim=A.dim,
+        lambda_min=lz.lambda_min,
+        lambda_max=lz.lambda_max,
+        residual_min=float(lz.ritz_residuals[0]),
+        residual_max=float(lz.ritz_residuals[-1]),
+        scale=lz.scale,
+        num_negative=count_negative(lz, tol),
+        negative_tol=tol,
+        condition_within_rank=_condition(lz, tol),
+        iterations=lz.iterations,
+        n_matvec=A.n_matvec - start,
+        converged=lz.converged,
+        exact=lz.exact,
+        dtype=str(A.dtype).replace("torch.", ""),
+        eigenvalues=lz.eigenvalues.tolist(),
+        m_over_h=ratio,
+        m_over_h_stderr=se,
+    )
+
+
+__all__ = [
+    "EffectiveHessian", "Estimate", "LanczosResult", "MODES", "Operator", "SpectralDensity",
+    "SpectrumSummary", "count_negative", "default_tol", "frobenius_norm", "hutchinson_trace",
+    "lanczos", "m_over_h_ratio", "power_iteration", "shifted_power_iteration", "slq_density",
+    "spectrum_summary",
+]
