@@ -34,8 +34,8 @@ class EscapeCurvature:
     """Curvature of Z ↦ L(branch(h(Z)), b) at a collapsed state.
 
     Eigenvalue fields are extreme Ritz values of Lanczos runs (exact when ``exact``); negative
-    counts are Ritz values below −tol·max|λ| of that operator (distinct eigenvalues among the
-    computed ones: at most ``k`` per end unless the run was exact, i.e. ``k ≥ dim/2``).
+    counts are Ritz values below −tol·max|λ| of that operator: by Cauchy interlacing a lower
+    bound on the number of such eigenvalues, exact when the run was (``k ≥ dim/2``).
 
     Attributes:
         lambda_min_H, lambda_max_H, num_negative_H: of H_eff (R^{B·d}).
@@ -204,7 +204,7 @@ def escape_curvature(
     num_neg_e = count_negative(le, tol)
     # G's scale: its top end is not computed by a "smallest" run; use max(|θ|) of the run and H's
     scale_g = max(lg.scale, scale_h)
-    num_neg_g = int(((lg.ritz_values + lg.ritz_residuals) < -tol * scale_g).sum())
+    num_neg_g = count_negative(lg, tol, scale_g)
 
     lgt = let = None
     if eh.cosine:
@@ -258,7 +258,7 @@ def escape_curvature(
         num_negative_G=num_neg_g,
         lambda_min_G_tangent=lgt.lambda_min if lgt is not None else None,
         num_negative_G_tangent=(
-            int(((lgt.ritz_values + lgt.ritz_residuals) < -tol * max(lgt.scale, scale_h)).sum()) if lgt is not None else None
+            count_negative(lgt, tol, max(lgt.scale, scale_h)) if lgt is not None else None
         ),
         lambda_min_objective=le.lambda_min,
         lambda_max_objective=le.lambda_max,

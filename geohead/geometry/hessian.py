@@ -315,8 +315,8 @@ class SpectrumSummary:
         lambda_min, lambda_max: extreme Ritz values; ``residual_min``/``residual_max`` their
             Ritz residuals (an eigenvalue lies within the residual).
         scale: max|θ| over the Ritz values (what ``tol`` is relative to).
-        num_negative: converged Ritz values below −tol·scale (distinct eigenvalues among the
-            computed ones, at most k per end unless the run was exact).
+        num_negative: Ritz values below −tol·scale: a lower bound on the number of eigenvalues
+            there (Cauchy interlacing), exact when ``exact``.
         negative_tol: tol.
         condition_within_rank: max|θ| / min{|θ| : converged, |θ| > tol·scale}: for a positive
             semi-definite operator the ratio of its largest eigenvalue to its smallest *non-zero*
@@ -362,10 +362,15 @@ def _condition(lz: LanczosResult, tol: float) -> float:
     return scale / float(theta[ok].abs().min())
 
 
-def count_negative(lz: LanczosResult, tol: float) -> int:
-    """Converged Ritz values below −tol·max|θ| (residual-aware: θ + residual < −tol·scale)."""
-    scale = lz.scale
-    return int(((lz.ritz_values + lz.ritz_residuals) < -tol * scale).sum())
+def count_negative(lz: LanczosResult, tol: float, scale: float | None = None) -> int:
+    """Ritz values below −tol·scale (scale defaults to max|θ| of the run).
+
+    By Cauchy interlacing (T_m = QᵀAQ is a compression of A) the i-th smallest Ritz value is
+    ≥ the i-th smallest eigenvalue, so this count is a guaranteed lower bound on the number of
+    eigenvalues (with multiplicity) below the threshold; it equals it when the run was exact.
+    """
+    scale = lz.scale if scale is None else scale
+    return int((lz.ritz_values < -tol * scale).sum())
 
 
 def m_over_h_ratio(
