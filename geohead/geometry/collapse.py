@@ -39,7 +39,8 @@ class EscapeCurvature:
 
     Attributes:
         lambda_min_H, lambda_max_H, num_negative_H: of H_eff (R^{B·d}).
-        lambda_min_G, num_negative_G: of the pullback metric G = Jᵀ ∇²_e L J.
+        lambda_min_G, lambda_max_G, num_negative_G: of the pullback metric G = Jᵀ ∇²_e L J
+            (negatives relative to max(|λ(G)|, |λ(H_eff)|)).
         lambda_min_G_tangent, num_negative_G_tangent: of Jᵀ P ∇²_e L P J (cosine objectives
             only, else None).
         lambda_min_objective, lambda_max_objective, num_negative_objective: of ∇²_e L itself
@@ -89,6 +90,7 @@ class EscapeCurvature:
     lambda_max_H: float
     num_negative_H: int
     lambda_min_G: float
+    lambda_max_G: float
     num_negative_G: int
     lambda_min_G_tangent: float | None
     num_negative_G_tangent: int | None
@@ -165,7 +167,8 @@ def escape_curvature(
         teacher: the head of the target branch (EMA teacher); default ``head``.
         batch_size, kind, rank, spread: the collapsed state (B, ``"complete"`` or
             ``"dimensional"``, the subspace rank, the perturbation std).
-        k: Ritz values per end (default: mode's; ``k ≥ dim/2`` gives the full spectra).
+        k: Ritz values per end (default: mode's; ``k ≥ dim/2`` gives the full spectra, and
+            ``exact=True`` in the result when that holds for every operator).
         tol: negativity threshold relative to max|λ| of each operator.
         grad_tol: ‖∇_e L‖ below this flags ``gradient_vanishes``.
         mode: ``"accurate"`` (float64, converged Lanczos, 30 Frobenius probes) or ``"fast"``
@@ -191,24 +194,24 @@ def escape_curvature(
     if state is None:
         if not isinstance(in_dim, int):
             raise ValueError("head has no integer in_dim; pass state=objective.collapsed_state(B, d, ...)")
-        state = objective.collapsed_state(batch_size, in_dim, kind=kind, rank=rank, spread=spread, generator=g, dtype=dtype)
+        # drawn in float64 whatever the mode, so "fast" and "accurate" see the same state
+        state = objective.collapsed_state(batch_size, in_dim, kind=kind, rank=rank, spread=spread, generator=g, dtype=torch.float64)
     eh = EffectiveHessian(head, objective, state.z1, state.z2, predictor=predictor, teacher=teacher, bn_mode=bn_mode, dtype=dtype)
     for name, dim in (("H_eff", eh.dim), ("objective Hessian", eh.embed_dim)):
         if k > dim:
             raise ValueError(f"k={k} exceeds the dimension {dim} of the {name}; use k <= {dim}")
 
     lh = _lz(eh.H, k, "both", max_iter, lanczos_tol, g, vectors=True)
-    lg = _lz(eh.G, k, "smallest", max_iter, lanczos_tol, g)
+    lg = _lz(eh.G, k, "both", max_iter, lanczos_tol, g)
     le = _lz(eh.objective_hessian, k, "both", max_iter, lanczos_tol, g)
     scale_h, scale_e = lh.scale, le.scale
     num_neg_e = count_negative(le, tol)
-    # G's scale: its top end is not computed by a "smallest" run; use max(|θ|) of the run and H's
     scale_g = max(lg.scale, scale_h)
     num_neg_g = count_negative(lg, tol, scale_g)
 
     lgt = let = None
     if eh.cosine:
-        lgt = _lz(eh.G_tangent, k, "smallest", max_iter, lanczos_tol, g)
+        lgt = _lz(eh.G_tangent, k, "both", max_iter, lanczos_tol, g)
         let = _lz(eh.objective_hessian_tangent, k, "both", max_iter, lanczos_tol, g)
 
     # split the curvature along the bottom Ritz vectors of H_eff
@@ -255,6 +258,7 @@ def escape_curvature(
         lambda_max_H=lh.lambda_max,
         num_negative_H=count_negative(lh, tol),
         lambda_min_G=lg.lambda_min,
+        lambda_max_G=lg.lambda_max,
         num_negative_G=num_neg_g,
         lambda_min_G_tangent=lgt.lambda_min if lgt is not None else None,
         num_negative_G_tangent=(

@@ -1,0 +1,216 @@
+"""Thm 4.1 at collapsed states for every objective, and the collapse monitors on known spectra."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from geohead.geometry.collapse import (
+    alpha_req, collapse_monitors, escape_curvature, normalized_std, rankme, within_rank_condition,
+)
+from geohead.heads import GeometricHead
+from geohead.objectives import CollapsedState, get_objective
+
+B, D, K, HID = 8, 4, 4, 8
+F64 = torch.float64
+CASES = [
+    ("barlow", {}), ("vicreg", {}), ("simclr", {}), ("byol", {}), ("simsiam", {}), ("dino", {"out_dim": K}),
+    ("byol", {"distance": "mse"}), ("simsiam", {"distance": "mse"}),
+]
+IDS = [n + ("-" + kw["distance"] if "distance" in kw else "") for n, kw in CASES]
+MSE = [c for c in CASES if c[1].get("distance") == "mse"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def setup(name: str, kw: dict, act: str, seed: int = 0):
+    torch.manual_seed(seed)
+    obj = get_objective(name, **kw)
+    head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation=act)
+    pred = GeometricHead(K, K, hidden_dim=HID, depth=2, activation=act) if obj.needs_predictor else None
+    return obj, head, pred
+
+
+def run(name: str, kw: dict, act: str, **extra):
+    obj, head, pred = setup(name, kw, act)
+    return escape_curvature(head, obj, predictor=pred, batch_size=B, k=extra.pop("k", B * D // 2), generator=_gen(0), **extra)
+
+
+# ---------------------------------------------------------------------- Thm 4.1
+@pytest.mark.parametrize("name,kw", CASES, ids=IDS)
+def test_linear_and_relu_heads_have_no_interaction_term(name: str, kw: dict) -> None:
+    for act in ("identity", "relu"):
+        r = run(name, kw, act)
+        assert r.m_over_h < 1e-12, act
+        assert r.head_curvature == 0.0 and r.head_negative_curvature == 0.0, act
+        assert not r.gradient_vanishes, act
+        # along the escape direction all curvature is the pullback's
+        assert r.pullback_curvature == pytest.approx(r.lambda_min_H, abs=1e-8 * abs(r.lambda_max_H))
+
+
+@pytest.mark.parametrize("name,kw", CASES, ids=IDS)
+def test_smooth_heads_have_interaction_term(name: str, kw: dict) -> None:
+    for act in ("silu", "gelu"):
+        r = run(name, kw, act)
+        assert r.m_over_h > 1e-3, act
+        assert r.exact  # k >= dim/2: full spectra of H_eff
+        # the split along the escape direction is exact
+        assert r.head_curvature + r.pullback_curvature == pytest.approx(r.lambda_min_H, abs=1e-8 * r.lambda_max_H)
+
+
+@pytest.mark.parametrize("name,kw", MSE, ids=["byol-mse", "simsiam-mse"])
+def test_psd_objective_linear_and_relu_heads_have_no_negative_curvature(name: str, kw: dict) -> None:
+    for act in ("identity", "relu"):
+        r = run(name, kw, act)
+        assert r.objective_psd and r.premise_holds
+        assert r.exact and r.num_negative_H == 0, act
+        assert r.lambda_min_H >= -1e-10 * r.lambda_max_H, act
+
+
+@pytest.mark.parametrize("name,kw", MSE, ids=["byol-mse", "simsiam-mse"])
+def test_psd_objective_smooth_heads_make_a_saddle_through_m(name: str, kw: dict) -> None:
+    """Thm 4.1's mechanism: G is PSD (premise), the negative curvature comes from the head."""
+    for act in ("silu", "gelu"):
+        r = run(name, kw, act)
+        assert r.premise_holds
+        assert r.lambda_min_G >= -1e-10 * r.lambda_max_H and r.num_negative_G == 0
+        assert r.num_negative_H > 0 and r.lambda_min_H < 0
+        assert r.head_curvature < 0 and r.pullback_curvature >= -1e-12 * r.lambda_max_H
+        assert r.head_share >= 1.0 and r.head_negative_curvature > 0
+        for theta, qg, qm in r.negative_directions:
+            assert qm <= theta + 1e-10 * r.lambda_max_H  # G adds non-negative curvature
+
+
+def test_barlow_objective_is_indefinite_so_g_is_negative_even_for_a_linear_head() -> None:
+    r = run("barlow", {}, "identity")
+    assert not r.objective_psd and not r.premise_holds
+    assert r.num_negative_objective > 0 and r.lambda_min_objective < 0
+    assert r.num_negative_G > 0 and r.lambda_min_G < 0
+    assert r.lambda_min_H == pytest.approx(r.lambda_min_G, rel=1e-8)  # M = 0
+
+
+def test_vanishing_gradient_is_flagged_and_kills_m() -> None:
+    """Exact collapse for MSE to the head's own output: ∇_e L = 0, so M = 0 even for SiLU."""
+    obj = get_objective("byol", distance="mse")
+    head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="silu")
+    z = torch.randn(B, D, generator=_gen(1), dtype=F64)
+    state = CollapsedState(z, z.clone(), "complete", 0, 0.0)
+    r = escape_curvature(head, obj, predictor=nn.Identity(), state=state, k=4)
+    assert r.grad_norm == 0.0 and r.gradient_vanishes and not r.premise_holds
+    assert r.m_over_h == 0.0
+
+
+def test_cosine_objectives_report_tangent_versions() -> None:
+    r = run("simsiam", {}, "silu")
+    assert r.lambda_min_G_tangent is not None and r.objective_psd_tangent is not None
+    r2 = run("barlow", {}, "silu")
+    assert r2.lambda_min_G_tangent is None and r2.objective_psd_tangent is None
+
+
+def test_dino_prototype_head_is_curved_even_with_relu() -> None:
+    """DINO's L2-normalised bottleneck is smooth: a ReLU DINO head still has M != 0."""
+    obj = get_objective("dino", out_dim=6)
+    head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="relu", norm=None, prototypes=6)
+    r = escape_curvature(head, obj, batch_size=B, k=4)
+    assert r.m_over_h > 1e-3
+
+
+def test_dimensional_collapse_fast_mode_and_json() -> None:
+    obj, head, _ = setup("vicreg", {}, "silu")
+    acc = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, k=3)
+    assert acc.kind == "dimensional" and acc.rank == 2 and acc.dtype == "float64"
+    fast = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, mode="fast")
+    assert fast.dtype == "float32" and fast.k == 2
+    assert fast.lambda_max_H == pytest.approx(acc.lambda_max_H, rel=1e-3)
+    d = json.loads(json.dumps(acc.to_dict()))
+    assert d["objective"] == "vicreg" and d["head"]["activation"] == "silu" and "premise_holds" in d
+
+
+def test_escape_curvature_bad_input() -> None:
+    obj, head, pred = setup("byol", {}, "silu")
+    with pytest.raises(ValueError, match="needs a predictor"):
+        escape_curvature(head, obj, batch_size=B)
+    with pytest.raises(ValueError, match="k=1000"):
+        escape_curvature(head, obj, predictor=pred, batch_size=B, k=1000)
+    with pytest.raises(ValueError, match="collapse kind"):
+        escape_curvature(head, obj, predictor=pred, batch_size=B, kind="partial")
+    with pytest.raises(ValueError, match="mode"):
+        escape_curvature(head, obj, predictor=pred, batch_size=B, mode="quick")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- monitors
+def embeddings_with_covariance(eigenvalues: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:
+    """(n, k) centred-data embeddings whose sample covariance has exactly these eigenvalues."""
+    k = eigenvalues.numel()
+    g = _gen(seed)
+    a = torch.randn(n, k + 1, generator=g, dtype=F64)
+    a[:, 0] = 1.0
+    q, _ = torch.linalg.qr(a)
+    u = q[:, 1:]  # orthonormal columns, orthogonal to the ones vector: zero-mean
+    v, _ = torch.linalg.qr(torch.randn(k, k, generator=g, dtype=F64))
+    return 3.0 + u @ torch.diag(torch.sqrt((n - 1) * eigenvalues.to(F64))) @ v.T
+
+
+def test_rankme_matches_formula() -> None:
+    g = _gen(2)
+    u, _ = torch.linalg.qr(torch.randn(50, 6, generator=g, dtype=F64))
+    v, _ = torch.linalg.qr(torch.randn(6, 6, generator=g, dtype=F64))
+    s = np.array([5.0, 3.0, 2.0, 1.0, 0.5, 0.0])
+    e = u @ torch.diag(torch.tensor(s)) @ v.T
+    p = s / s.sum() + 1e-7
+    assert rankme(e) == pytest.approx(float(np.exp(-(p * np.log(p)).sum())), rel=1e-10)
+    flat = u[:, :4] @ v[:4] * 2.0  # four equal singular values
+    assert rankme(flat) == pytest.approx(4.0, rel=1e-5)
+    assert rankme(torch.ones(10, 5)) == pytest.approx(1.0, rel=1e-5)
+
+
+def test_alpha_req_recovers_power_law() -> None:
+    for alpha in (0.5, 1.0, 2.0):
+        lam = torch.arange(1, 33, dtype=F64) ** (-alpha)
+        assert alpha_req(embeddings_with_covariance(lam, 200)) == pytest.approx(alpha, rel=1e-8)
+
+
+def test_normalized_std_healthy_and_collapsed() -> None:
+    k = 64
+    e = torch.randn(20000, k, generator=_gen(3))
+    assert normalized_std(e) == pytest.approx(1 / math.sqrt(k), rel=0.02)
+    collapsed = torch.randn(1, k, generator=_gen(4)) + 1e-6 * torch.randn(500, k, generator=_gen(5))
+    assert normalized_std(collapsed) < 1e-5
+
+
+def test_within_rank_condition_ignores_the_null_space() -> None:
+    lam = torch.tensor([8.0, 4.0, 2.0, 1.0, 0.0, 0.0, 0.0], dtype=F64)
+    e = embeddings_with_covariance(lam, 100)
+    wr = within_rank_condition(e)
+    assert wr.rank == 4 and wr.dim == 7
+    assert wr.condition == pytest.approx(8.0, rel=1e-8)
+    assert wr.eigenvalues == pytest.approx([8.0, 4.0, 2.0, 1.0], rel=1e-8)
+    # float32 input gets the float32 tolerance, not the float64 one
+    wr32 = within_rank_condition(e.float())
+    assert wr32.rank == 4 and wr32.condition == pytest.approx(8.0, rel=1e-3)
+    m = collapse_monitors(e)
+    assert m.rank == 4 and m.healthy_std == pytest.approx(1 / math.sqrt(7))
+    assert json.loads(json.dumps(m.to_dict()))["rank"] == 4
+
+
+def test_monitor_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"\(N, k\)"):
+        rankme(torch.ones(5))
+    with pytest.raises(ValueError, match="non-finite"):
+        normalized_std(torch.tensor([[1.0, float("nan")], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="at least 2"):
+        within_rank_condition(torch.ones(1, 3))
