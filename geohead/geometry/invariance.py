@@ -329,7 +329,8 @@ class TangentInvariance:
         rank_backbone: numerical rank of [v_1 … v_m] (σ > rtol·σ_max).
         rank_head: numerical rank of [J_h v_1 … J_h v_m], with the threshold
             rtol·σ_max([v])·sqrt(mean ‖J_h‖_F²/d) (what an average direction would keep).
-        fisher_rank_loss: rank_backbone − rank_head (Thm 5.3).
+        fisher_rank_loss: rank_backbone − rank_head (Thm 5.3); it includes directions lost
+            because the head is narrower than the tangents' rank (rank_head ≤ k).
         n_tangents, rtol, jacobian_exact (‖J_h‖_F² exact or by Hutchinson with n probes).
     """
 
