@@ -1,0 +1,20 @@
+"""Shared pytest fixtures."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: Real CIFAR-10 arrays shipped beside the project (never copied into it): ../shared/data/
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The folder ../shared/data (relative to the repo root); skips the test when it is absent."""
+    if not (SHARED_DATA / "cifar10_test.npz").is_file():
+        pytest.skip(
+            f"real CIFAR-10 arrays not found at {SHARED_DATA} (expected cifar10_test.npz and "
+            "cifar10_train_10k.npz, see ../shared/data/README.md); these tests need that folder"
+        )
+    return SHARED_DATA
