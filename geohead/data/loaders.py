@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,8 @@ def _load_cifar(name: str, root: str | os.PathLike | None, train: bool, download
 
 
 def _load_npz(path: Path) -> ImageData:
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{str(path)!r} is not a readable .npz file (not a zip archive); expected {NPZ_LAYOUT}")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
