@@ -7,7 +7,7 @@ respect to tensor parameters (useful for tangents of augmentation orbits).
 
 Conventions follow torchvision's ``transforms.functional`` so recipes mean what their papers
 mean: hue in turns (1.0 = full circle) shifted in HSV space; saturation/contrast as blends with the
-grayscale image / its mean (ITU-R 601-2 luma, 0.299 R + 0.587 G + 0.114 B); brightness as a
+grayscale image / its mean (ITU-R 601-2 luma as torchvision: 0.2989 R + 0.587 G + 0.114 B); brightness as a
 multiplication; results clamped to [0, 1]; solarisation inverts pixels ``>= threshold``.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch.nn import functional as F
 
 Param = Union[float, Tensor]
 
-LUMA = (0.299, 0.587, 0.114)
+LUMA = (0.2989, 0.587, 0.114)  # torchvision's rounding of ITU-R 601-2
 
 
 def _per_sample(p: Param, x: Tensor) -> Tensor:
@@ -112,11 +112,11 @@ def adjust_hue(x: Tensor, delta: Param) -> Tensor:
     )
     d = _per_sample(delta, x)
     h6 = h6 + (6.0 * d[:, 0] if d.ndim == 4 else 6.0 * d)
-    out = torch.empty_like(x)
-    for ch, n in enumerate((5.0, 3.0, 1.0)):
+    out = []
+    for n in (5.0, 3.0, 1.0):
         k = torch.remainder(h6 + n, 6.0)
-        torch.sub(maxc, chroma * torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0), out=out[:, ch])
-    return out
+        out.append(maxc - chroma * torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0))
+    return torch.stack(out, dim=1)
 
 
 def adjust_saturation(x: Tensor, factor: Param) -> Tensor:

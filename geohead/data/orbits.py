@@ -156,8 +156,8 @@ ORBIT_FAMILIES: dict[str, OrbitFamily] = {
             "saturation factor (1 = identity; SimCLR's CIFAR jitter draws from 0.6..1.4)", 1.0,
         ),
         OrbitFamily(
-            "blur", blur, _sweep(0.0, 1.5),
-            "Gaussian blur standard deviation in pixels (0 = identity)", 0.0,
+            "blur", blur, (0.0, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0),
+            "Gaussian blur standard deviation in pixels (0 = identity; below ~0.4 px a blur is invisible)", 0.0,
         ),
         OrbitFamily(
             "crop", crop_scale, tuple(sorted(_sweep(0.4, 1.0))),

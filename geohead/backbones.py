@@ -1,0 +1,270 @@
+"""Backbones: timm models without classifier, sized for CIFAR-scale images.
+
+``create_backbone(name, img_size=32)`` returns the timm module itself (so its ``state_dict`` keys
+are timm's) with
+
+* ``.num_features``: the dimension d of the representation z = f(x) (B, d);
+* ``.geohead_config``: a JSON-able dict recording how to rebuild it (see :func:`rebuild_backbone`):
+  ``name``, timm ``architecture``, ``model_args`` (for ``timm.create_model(architecture,
+  num_classes=0, **model_args)``), ``img_size``, ``cifar_stem`` and its exact layers,
+  ``channels_last``, ``num_features``, ``timm_loadable`` and the timm version.
+
+Names are geohead aliases (:data:`ALIASES`), ``<timm resnet>_cifar`` for any timm ResNet with the
+CIFAR stem, or any timm architecture name. The CIFAR stem (He et al. 2016 Sec. 4.2; SimCLR App.
+B.9: "replace the first 7x7 Conv of stride 2 with 3x3 Conv of stride 1, and also remove the first
+max pooling operation") cannot be expressed through timm's ResNet arguments, so such backbones
+are recorded as ``timm_loadable: False`` with the stem spelled out in ``geohead_config["stem"]``;
+every other alias is built by timm from arguments alone, so an exported config.json with those
+``model_args`` loads with ``timm.create_model("local-dir:DIR", num_classes=0)``.
+
+Measured on this project's 2-core CPU (``benchmarks/backbones.py``, train step fwd+bwd, batch
+256 at 32 px): the default ``resnet18_w16`` runs at ~2,600-3,000 views/s, ``resnet18_cifar``
+at ~55-75, ``vit_tiny_cifar`` well below the default; ``channels_last`` speeds ResNets up by
+10-40 % on CPU and does nothing for ViTs, so it is on by default for convolutional ResNets only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+from typing import Any
+
+import torch
+from torch import nn
+
+#: The small, fast CPU default (timm-expressible; see the module docstring for its speed).
+DEFAULT_BACKBONE = "resnet18_w16"
+
+
+@dataclasses.dataclass(frozen=True)
+class BackboneAlias:
+    """A geohead backbone name: a timm architecture, its arguments and whether to fit the CIFAR stem."""
+
+    architecture: str
+    model_args: dict[str, Any]
+    cifar_stem: bool = False
+    description: str = ""
+
+
+ALIASES: dict[str, BackboneAlias] = {
+    "resnet18_w16": BackboneAlias(
+        "resnet18", {"channels": [16, 32, 64, 128], "stem_width": 16},
+        description="ResNet-18 at 1/4 width (16-128 channels, 0.7 M parameters, d = 128), timm's standard "
+        "stem (stride 4): the fast CPU default, built by timm from arguments",
+    ),
+    "resnet18_w32": BackboneAlias(
+        "resnet18", {"channels": [32, 64, 128, 256], "stem_width": 32},
+        description="ResNet-18 at 1/2 width (d = 256), timm's standard stem",
+    ),
+    "resnet18_cifar": BackboneAlias("resnet18", {}, cifar_stem=True, description="ResNet-18 with the CIFAR stem (d = 512)"),
+    "resnet34_cifar": BackboneAlias("resnet34", {}, cifar_stem=True, description="ResNet-34 with the CIFAR stem (d = 512)"),
+    "resnet50_cifar": BackboneAlias("resnet50", {}, cifar_stem=True, description="ResNet-50 with the CIFAR stem (d = 2048)"),
+    "vit_tiny_cifar": BackboneAlias(
+        "vit_tiny_patch16_224", {"patch_size": 4, "dynamic_img_size": True},
+        description="ViT-Ti (192-d, 12 blocks) with 4x4 patches: 64 tokens at 32 px; dynamic_img_size lets DINO's "
+        "16 px local crops through",
+    ),
+    "vit_small_cifar": BackboneAlias(
+        "vit_small_patch16_224", {"patch_size": 4, "dynamic_img_size": True},
+        description="ViT-S (384-d, 12 blocks) with 4x4 patches",
+    ),
+}
+
+
+def list_backbones() -> dict[str, str]:
+    """geohead's backbone aliases and what they are."""
+    return {k: v.description for k, v in ALIASES.items()}
+
+
+def _resolve(name: str) -> BackboneAlias:
+    import timm
+
+    if name in ALIASES:
+        return ALIASES[name]
+    if name.endswith("_cifar") and timm.is_model(name[: -len("_cifar")]):
+        return BackboneAlias(name[: -len("_cifar")], {}, cifar_stem=True, description="timm ResNet with the CIFAR stem")
+    if timm.is_model(name):
+        return BackboneAlias(name, {})
+    pool = list(ALIASES) + timm.list_models()
+    close = difflib.get_close_matches(name, pool, n=5, cutoff=0.6)
+    hint = f"; close matches: {close}" if close else ""
+    raise ValueError(
+        f"unknown backbone {name!r}{hint}. Use a geohead alias {sorted(ALIASES)}, '<timm resnet>_cifar', "
+        "or any name in timm.list_models()"
+    )
+
+
+def _jsonable(args: dict[str, Any], name: str) -> dict[str, Any]:
+    out = {}
+    for k, v in args.items():
+        v = list(v) if isinstance(v, tuple) else v
+        try:
+            json.dumps(v)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"backbone argument {k}={v!r} of {name!r} is not JSON-serialisable, so the backbone could not be "
+                "exported; pass a string name instead (timm accepts e.g. act_layer='gelu')"
+            ) from None
+        out[k] = v
+    return out
+
+
+def apply_cifar_stem(model: nn.Module) -> dict[str, Any]:
+    """Replace a timm ResNet's stem by the CIFAR stem, in place; returns the stem's description.
+
+    ``conv1``: 3x3, stride 1, padding 1, no bias, same output channels (Kaiming-normal init, as
+    timm's ResNet); ``maxpool`` -> Identity; ``feature_info`` reductions divided by 4.
+    """
+    conv = getattr(model, "conv1", None)
+    if not isinstance(conv, nn.Conv2d) or not hasattr(model, "maxpool"):
+        raise ValueError(
+            f"the CIFAR stem applies to timm ResNets with a single-conv stem (conv1 + maxpool); "
+            f"{type(model).__name__} has {'a deep stem' if isinstance(conv, nn.Sequential) else 'no conv1'}"
+        )
+    new = nn.Conv2d(conv.in_channels, conv.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
+    nn.init.kaiming_normal_(new.weight, mode="fan_out", nonlinearity="relu")
+    model.conv1 = new
+    model.maxpool = nn.Identity()
+    for info in getattr(model, "feature_info", []) or []:
+        if isinstance(info, dict) and "reduction" in info:
+            info["reduction"] = max(1, info["reduction"] // 4)
+    return {
+        "conv1": {"type": "Conv2d", "in_channels": new.in_channels, "out_channels": new.out_channels,
+                  "kernel_size": 3, "stride": 1, "padding": 1, "bias": False},
+        "maxpool": "Identity",
+    }
+
+
+def _uses_channels_last(model: nn.Module) -> bool:
+    from timm.models.resnet import ResNet
+
+    return isinstance(model, ResNet)
+
+
+def _patch_size(model: nn.Module) -> int | None:
+    pe = getattr(model, "patch_embed", None)
+    ps = getattr(pe, "patch_size", None)
+    if ps is None:
+        return None
+    return int(ps[0]) if isinstance(ps, (tuple, list)) else int(ps)
+
+
+def feature_dim(model: nn.Module, img_size: int = 32) -> int:
+    """Dimension d of ``model``'s output (B, d) at ``img_size``: ``num_features`` if set, checked by a forward.
+
+    Raises ``ValueError`` if the model does not return a (B, d) tensor at that size.
+    """
+    was_training = model.training
+    p = next(model.parameters(), None)
+    x = torch.zeros(2, 3, img_size, img_size, device=p.device if p is not None else None,
+                    dtype=p.dtype if p is not None and p.dtype.is_floating_point else torch.float32)
+    try:
+        model.eval()
+        with torch.no_grad():
+            out = model(x)
+    finally:
+        model.train(was_training)
+    if not isinstance(out, torch.Tensor) or out.ndim != 2 or out.shape[0] != 2:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ValueError(
+            f"backbone output at img_size={img_size} has shape {shape}, expected (B, d): create it with "
+            "num_classes=0 and a global pool"
+        )
+    d = int(out.shape[1])
+    nf = getattr(model, "num_features", None)
+    if nf is not None and int(nf) != d:
+        raise ValueError(f"model.num_features = {nf} but its output has {d} features")
+    return d
+
+
+def create_backbone(
+    name: str = DEFAULT_BACKBONE,
+    img_size: int = 32,
+    channels_last: bool | None = None,
+    pretrained: bool = False,
+    **kwargs: Any,
+) -> nn.Module:
+    """Create a classifier-free timm backbone for img_size × img_size RGB inputs.
+
+    Args:
+        name: a geohead alias (:data:`ALIASES`; default :data:`DEFAULT_BACKBONE`),
+            ``<timm resnet>_cifar``, or any timm architecture.
+        img_size: input side in pixels; passed to timm where the architecture takes it (ViTs),
+            and checked with one forward pass.
+        channels_last: convert to channels-last memory format; ``None``: on for ResNets (faster on
+            CPU and GPU), off otherwise.
+        pretrained: load timm's pretrained weights (needs the weights locally or internet; not with
+            the CIFAR stem).
+        **kwargs: more ``timm.create_model`` arguments (override the alias's ``model_args``).
+
+    Returns:
+        the timm module, ``model(x)`` (B, 3, img_size, img_size) -> (B, ``model.num_features``),
+        with ``model.geohead_config`` (JSON-able) recording how to rebuild it.
+
+    Raises:
+        ValueError: unknown name (with close matches), an img_size the model cannot take,
+            non-serialisable arguments.
+    """
+    import timm
+
+    if isinstance(img_size, bool) or int(img_size) != img_size or img_size < 1:
+        raise ValueError(f"img_size must be a positive integer, got {img_size!r}")
+    img_size = int(img_size)
+    alias = _resolve(name)
+    if alias.cifar_stem and pretrained:
+        raise ValueError(f"{name!r} replaces the stem, so timm's pretrained weights do not fit; use pretrained=False")
+    args = {**alias.model_args, **kwargs}
+    args.pop("num_classes", None)
+    model_args = _jsonable(args, name)  # before building: a config that cannot be saved is an error
+    takes_img_size = True
+    try:
+        model = timm.create_model(alias.architecture, pretrained=pretrained, num_classes=0, img_size=img_size, **args)
+    except TypeError as e:
+        if "img_size" not in str(e):
+            raise
+        takes_img_size = False
+        model = timm.create_model(alias.architecture, pretrained=pretrained, num_classes=0, **args)
+    stem = apply_cifar_stem(model) if alias.cifar_stem else None
+    patch = _patch_size(model)
+    if patch is not None and img_size % patch:
+        raise ValueError(
+            f"img_size {img_size} is not a positive multiple of the patch size {patch} of backbone {name!r}; use "
+            f"a multiple of {patch} (e.g. {max(patch, img_size // patch * patch)}) or pass patch_size=..."
+        )
+    try:
+        d = feature_dim(model, img_size)
+    except Exception as e:  # noqa: BLE001 - any failure at this size is the size's fault
+        raise ValueError(f"backbone {name!r} cannot take img_size={img_size}: {type(e).__name__}: {e}") from e
+    cl = _uses_channels_last(model) if channels_last is None else bool(channels_last)
+    if cl:
+        model = model.to(memory_format=torch.channels_last)
+    if takes_img_size:
+        model_args["img_size"] = img_size
+    model.geohead_config = {
+        "name": name,
+        "architecture": alias.architecture,
+        "model_args": model_args,
+        "img_size": img_size,
+        "cifar_stem": alias.cifar_stem,
+        "stem": stem,
+        "channels_last": cl,
+        "num_features": d,
+        "timm_loadable": not alias.cifar_stem,
+        "timm_version": timm.__version__,
+    }
+    return model
+
+
+def rebuild_backbone(config: dict[str, Any]) -> nn.Module:
+    """A fresh (randomly initialised) backbone from a ``geohead_config`` dict (e.g. read from JSON)."""
+    import timm
+
+    missing = [k for k in ("architecture", "model_args", "img_size", "cifar_stem") if k not in config]
+    if missing:
+        raise ValueError(f"backbone config lacks {missing}; it must come from create_backbone(...).geohead_config")
+    model = timm.create_model(config["architecture"], num_classes=0, **config["model_args"])
+    stem = apply_cifar_stem(model) if config["cifar_stem"] else None
+    if config.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+    model.geohead_config = {**config, "stem": stem}
+    return model
