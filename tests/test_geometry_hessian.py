@@ -90,7 +90,8 @@ def dense_reference(obj, head, pred, z1, z2, train: bool = False):
     M = hess(lambda z: (ge * branch(z)).sum(), z1).reshape(n, n).detach()
     eh_ = e / e.norm(dim=1, keepdim=True)
     P = torch.block_diag(*[torch.eye(kk, dtype=F64) - torch.outer(r, r) for r in eh_])
-    return {"H": H, "G": J.T @ He @ J, "M": M, "G_tangent": J.T @ P @ He @ P @ J, "objective": He,
+    grad_z = (jac(f, z1) if train else torch.func.grad(f)(z1)).detach()
+    return {"grad_z": grad_z, "grad_e": ge, "H": H, "G": J.T @ He @ J, "M": M, "G_tangent": J.T @ P @ He @ P @ J, "objective": He,
             "objective_tangent": P @ He @ P}
 
 
@@ -110,6 +111,8 @@ def test_operators_equal_dense_hessians(name: str, kw: dict) -> None:
         assert float((got - ref[key]).norm()) <= 1e-8 * scale, key
     for key in ("objective", "objective_tangent"):
         assert rel(eh.operator(key).dense(), ref[key]) <= 1e-8, key
+    assert rel(eh.grad_z, ref["grad_z"]) <= 1e-10 and rel(eh.grad_e, ref["grad_e"]) <= 1e-10
+    assert eh.grad_norm == pytest.approx(float(ref["grad_e"].norm()), rel=1e-10)
     # the split is exact: H = G + M, with M computed on its own
     assert float((eh.G.dense() + eh.M.dense() - ref["H"]).norm()) <= 1e-8 * scale
     # gradient and loss agree with the composite

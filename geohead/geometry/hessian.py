@@ -102,7 +102,9 @@ class EffectiveHessian:
 
     Attributes (after construction):
         batch_size, in_dim (d), out_dim (k of the loss input), dim (= B·d), embed_dim (= B·k),
-        loss (float), grad_e ((B, k) ∇_e L), grad_z ((B, d) ∇_Z f), dtype, bn_mode.
+        loss (float), grad_e ((B, k) ∇_e L), grad_z ((B, d) ∇_Z f, computed on first access),
+        dtype, bn_mode. Graphs for second derivatives are built by the first product that
+        needs them (the first ``H`` product costs about two later ones).
 
     Operators (all symmetric; ``op(v)`` takes a flat vector, ``op.dense()`` builds the matrix):
         ``H`` (H_eff), ``G``, ``M``, ``G_tangent`` (on R^{B·d}); ``objective_hessian`` (∇²_e L)
@@ -185,15 +187,17 @@ class EffectiveHessian:
         self.dim = self.batch_size * self.in_dim
         self.embed_dim = self.batch_size * self.out_dim
 
-        # objective graph in e-space (e as an independent leaf)
+        # loss and ∇_e L (e as an independent leaf); graphs for second derivatives are built
+        # lazily, by the first product that needs them
         self._e_leaf = e.detach().requires_grad_(True)
         loss_e = objective.loss(self._e_leaf, b)
         if loss_e.dim() != 0:
             raise ValueError(f"objective.loss must return a scalar, got shape {tuple(loss_e.shape)}")
-        (self._ge,) = torch.autograd.grad(loss_e, self._e_leaf, create_graph=True)
+        (ge,) = torch.autograd.grad(loss_e, self._e_leaf)
         self.loss = float(loss_e.detach())
-        self.grad_e = self._ge.detach()
-        self.grad_z = _grad(e, self._z, self.grad_e).detach()
+        self.grad_e = ge.detach()
+        self._ge: Tensor | None = None  # ∇_e L with graph (for ∇²_e L)
+        self._grad_z: Tensor | None = None
         e_hat = e.detach() / e.detach().norm(dim=1, keepdim=True).clamp_min(torch.finfo(dtype).tiny)
         self._e_hat = e_hat
         self._full_grad: Tensor | None = None  # ∇_Z f with graph (for H)
@@ -220,6 +224,13 @@ class EffectiveHessian:
     def embeddings(self) -> Tensor:
         """The online branch output e (B, k) (after the predictor, if any)."""
         return self._e.detach()
+
+    @property
+    def grad_z(self) -> Tensor:
+        """∇_Z f (B, d): the gradient the backbone receives from this view."""
+        if self._grad_z is None:
+            self._grad_z = _grad(self._e, self._z, self.grad_e).detach()
+        return self._grad_z
 
     @property
     def grad_norm(self) -> float:
@@ -259,14 +270,20 @@ class EffectiveHessian:
         """Jᵀ u: (B·k,) or (B, k) → (B·d,)."""
         return _grad(self._e, self._z, self._as_e(u)).reshape(-1)
 
+    def _objective_grad_graph(self) -> Tensor:
+        if self._ge is None:
+            loss = self.objective.loss(self._e_leaf, self.target)
+            (self._ge,) = torch.autograd.grad(loss, self._e_leaf, create_graph=True)
+        return self._ge
+
     def objective_hvp(self, u: Tensor) -> Tensor:
         """∇²_e L u on R^{B·k}."""
-        return _grad(self._ge, self._e_leaf, self._as_e(u)).reshape(-1)
+        return _grad(self._objective_grad_graph(), self._e_leaf, self._as_e(u)).reshape(-1)
 
     def objective_hvp_tangent(self, u: Tensor) -> Tensor:
         """P ∇²_e L P u on R^{B·k} (sphere-tangent objective Hessian)."""
         pu = self._project(self._as_e(u))
-        return self._project(_grad(self._ge, self._e_leaf, pu)).reshape(-1)
+        return self._project(_grad(self._objective_grad_graph(), self._e_leaf, pu)).reshape(-1)
 
     def hvp(self, v: Tensor) -> Tensor:
         """H_eff v on R^{B·d} (double backward through ∇_Z f)."""

@@ -140,7 +140,7 @@ def lanczos(
     v0: Tensor | None = None,
     generator: torch.Generator | None = None,
     return_vectors: bool = False,
-    callback: Callable[[int, Tensor], None] | None = None,
+    callback: Callable[[int, Tensor, Tensor], None] | None = None,
 ) -> LanczosResult:
     """Extreme eigenvalues of a symmetric operator by Lanczos with full reorthogonalisation.
 
@@ -167,7 +167,8 @@ def lanczos(
         tol: relative residual tolerance; default 1e-8 (float64) / 1e-4 (float32).
         v0: starting vector (n,); default a Gaussian vector from ``generator`` (seed 0).
         return_vectors: also return the Ritz vectors of the wanted values, (n, w).
-        callback: ``callback(m, ritz_values)`` after every step (for convergence studies).
+        callback: ``callback(m, ritz_values, ritz_residuals)`` after every step (ascending
+            Ritz values of T_m and their residuals; for convergence studies).
 
     Returns: :class:`LanczosResult`.
     """
@@ -230,7 +231,7 @@ def lanczos(
         scale = max(scale, float(theta.abs().max()), abs(b))
         res = (b * s[-1, :]).abs()
         if callback is not None:
-            callback(m, theta.clone())
+            callback(m, theta.clone(), res.clone())
         if m >= n:
             exact = True
             converged = True
