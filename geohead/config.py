@@ -68,7 +68,8 @@ class BackboneConfig:
     """A geohead or timm backbone name; None: the small CPU default of :mod:`geohead.backbones`."""
     args: dict = field(default_factory=dict)
     """Extra keyword arguments for the backbone (timm model_args)."""
-    channels_last: bool = False
+    channels_last: Optional[bool] = None
+    """Channels-last memory format; None: the backbone's default (on for ResNets)."""
     sync_batchnorm: bool = False
     """Convert BatchNorm to SyncBatchNorm under torch.distributed (the methods' multi-GPU practice)."""
 

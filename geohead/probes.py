@@ -502,6 +502,17 @@ class GuillotineReport:
             },
         }
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "GuillotineReport":
+        """Inverse of :meth:`to_dict` (e.g. a run's probes.json)."""
+        targets = d["targets"]
+        return cls(
+            accuracy={t: {s: dict(v[s]) for s in SPACES} for t, v in targets.items()},
+            chance={t: v["chance"] for t, v in targets.items()},
+            probes=tuple(d["probes"]),
+            num_classes={t: v["num_classes"] for t, v in targets.items() if v.get("num_classes") is not None},
+        )
+
     def table(self) -> str:
         """Plain-text table: one row per target; columns backbone/head per probe, then chance."""
         cols = [f"{s} {p}" for p in self.probes for s in SPACES] + ["chance"]
