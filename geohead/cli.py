@@ -6,22 +6,9 @@ exits with code 2 and a one-line message naming the problem and the fix, never a
 """
 from __future__ import annotations
 
-import sys
-from typing import NoReturn
-
 import click
 
 from geohead._version import __version__
-
-
-class InputError(click.ClickException):
-    """Bad input from the user: exit code 2, message only."""
-
-    exit_code = 2
-
-
-def fail(message: str) -> NoReturn:
-    raise InputError(message)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,52 +17,9 @@ def main() -> None:
     """geohead: geometric projection heads for self-supervised learning."""
 
 
-@main.command()
-@click.argument("recipe", type=click.Path(dir_okay=False))
-@click.option("--head", "head_file", type=click.Path(dir_okay=False), help="A HeadSpec JSON (e.g. the search's best_head.json) that replaces the recipe's head.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe value, e.g. --set optim.lr=0.1 --set head.spec.activation=gelu.")
-@click.option("--out", type=click.Path(file_okay=False), help="Run folder (default: the recipe's out, else runs/<objective>).")
-@click.option("--device", help="auto, cpu, cuda or cuda:K.")
-@click.option("--overwrite", is_flag=True, help="Replace a run already in the folder instead of resuming it.")
-def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: str | None, device: str | None, overwrite: bool) -> None:
-    """Train the SSL pipeline of RECIPE (a TOML file), probe it, and write the run folder.
+from geohead.commands.train import train  # noqa: E402
 
-    A run folder that already holds the same run is resumed from its last checkpoint.
-    """
-    from geohead.config import ConfigError, load_recipe
-
-    extra = list(overrides)
-    if head_file:
-        extra.append(f"head.file={_toml_str(head_file)}")
-    if out:
-        extra.append(f"out={_toml_str(out)}")
-    if device:
-        extra.append(f"device={_toml_str(device)}")
-    try:
-        cfg = load_recipe(recipe, extra)
-    except ConfigError as exc:
-        fail(str(exc))
-    from geohead.checkpoint import CheckpointError
-    from geohead.train import TrainingDiverged, train as run_training
-
-    click.echo(f"geohead train: {cfg.objective} on {cfg.data.name} -> {cfg.out_dir}", err=True)
-    try:
-        result = run_training(cfg, overwrite=overwrite)
-    except TrainingDiverged as exc:
-        click.echo(f"Error: training diverged: {exc}", err=True)
-        sys.exit(1)
-    except (ValueError, FileNotFoundError, CheckpointError) as exc:
-        fail(str(exc))
-    click.echo(f"finished {result.steps} steps, final loss {result.final_loss:.4f}; run folder {result.out_dir}")
-    if result.probes:
-        from geohead.probes import GuillotineReport
-
-        click.echo(GuillotineReport.from_dict(result.probes).table())
-
-
-def _toml_str(value: str) -> str:
-    """Quote a path or name as a TOML string for an override."""
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+main.add_command(train)
 
 
 if __name__ == "__main__":  # pragma: no cover
