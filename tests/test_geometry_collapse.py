@@ -136,6 +136,12 @@ def test_dimensional_collapse_fast_mode_and_json() -> None:
     fast = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, mode="fast")
     assert fast.dtype == "float32" and fast.k == 2
     assert fast.lambda_max_H == pytest.approx(acc.lambda_max_H, rel=1e-3)
+    screen = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, mode="fast",
+                              pullback=False, objective_spectrum=False, m_over_h=False)
+    assert screen.lambda_min_G is None and screen.premise_holds is None and screen.m_over_h is None
+    assert screen.lambda_min_H == fast.lambda_min_H
+    assert screen.head_curvature == pytest.approx(fast.head_curvature, rel=1e-4, abs=1e-7)
+    assert screen.n_matvec < fast.n_matvec / 2
     d = json.loads(json.dumps(acc.to_dict()))
     assert d["objective"] == "vicreg" and d["head"]["activation"] == "silu" and "premise_holds" in d
 

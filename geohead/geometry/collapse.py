@@ -37,6 +37,8 @@ class EscapeCurvature:
     counts are Ritz values below −tol·max|λ| of that operator: by Cauchy interlacing a lower
     bound on the number of such eigenvalues, exact when the run was (``k ≥ dim/2``).
 
+    Fields of parts switched off (``pullback``, ``objective_spectrum``, ``m_over_h``) are None.
+
     Attributes:
         lambda_min_H, lambda_max_H, num_negative_H: of H_eff (R^{B·d}).
         lambda_min_G, lambda_max_G, num_negative_G: of the pullback metric G = Jᵀ ∇²_e L J
@@ -89,23 +91,23 @@ class EscapeCurvature:
     lambda_min_H: float
     lambda_max_H: float
     num_negative_H: int
-    lambda_min_G: float
-    lambda_max_G: float
-    num_negative_G: int
+    lambda_min_G: float | None
+    lambda_max_G: float | None
+    num_negative_G: int | None
     lambda_min_G_tangent: float | None
     num_negative_G_tangent: int | None
-    lambda_min_objective: float
-    lambda_max_objective: float
-    num_negative_objective: int
-    objective_psd: bool
+    lambda_min_objective: float | None
+    lambda_max_objective: float | None
+    num_negative_objective: int | None
+    objective_psd: bool | None
     objective_psd_tangent: bool | None
-    m_over_h: float
-    m_over_h_stderr: float
+    m_over_h: float | None
+    m_over_h_stderr: float | None
     head_curvature: float
     pullback_curvature: float
     head_share: float
     head_negative_curvature: float
-    lambda_min_shift: float
+    lambda_min_shift: float | None
     negative_directions: list[tuple[float, float, float]]
     tol: float
     k: int
@@ -114,9 +116,12 @@ class EscapeCurvature:
     n_matvec: int
 
     @property
-    def premise_holds(self) -> bool:
-        """Thm 4.1's premises: ∇²_e L PSD (tangent version for cosine losses) and ∇_e L ≠ 0."""
+    def premise_holds(self) -> bool | None:
+        """Thm 4.1's premises: ∇²_e L PSD (tangent version for cosine losses) and ∇_e L ≠ 0
+        (None when the objective's spectrum was not computed)."""
         psd = self.objective_psd_tangent if self.objective_psd_tangent is not None else self.objective_psd
+        if psd is None:
+            return None
         return bool(psd) and not self.gradient_vanishes
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,6 +160,9 @@ def escape_curvature(
     generator: torch.Generator | None = None,
     bn_mode: str = "eval",
     state: Any = None,
+    pullback: bool = True,
+    objective_spectrum: bool = True,
+    m_over_h: bool = True,
 ) -> EscapeCurvature:
     """Curvature of the objective through ``head`` at its collapsed state (Thm 4.1).
 
@@ -172,10 +180,18 @@ def escape_curvature(
         tol: negativity threshold relative to max|λ| of each operator.
         grad_tol: ‖∇_e L‖ below this flags ``gradient_vanishes``.
         mode: ``"accurate"`` (float64, converged Lanczos, 30 Frobenius probes) or ``"fast"``
-            (float32, ≤ 16 Lanczos steps per operator, 6 probes: for screening).
+            (float32, ≤ 10 Lanczos steps per operator, 4 probes: for screening).
         dtype: overrides the mode's dtype.
         generator: for the state and every random start/probe (seed 0 when None).
         bn_mode: ``"eval"`` (default) or ``"train"`` (couples samples; curves ReLU heads).
+        pullback, objective_spectrum, m_over_h: compute G's spectrum, ∇²_e L's spectrum (the
+            premise) and ‖M‖_F/‖H‖_F; switch off for screening (their fields are then None).
+            The head's curvature along the escape direction (``head_curvature``,
+            ``head_negative_curvature``, ``head_share``) is always computed: one M product
+            (and, without ``pullback``, vᵀGv = θ − vᵀMv from the Ritz pair).
+
+    Cost: one Lanczos run (≤ max_iter products) per operator computed, 2 products per negative
+    Ritz direction, 2·fro_probes products for the ratio (or 2·B·d exactly when B·d ≤ probes).
 
     Returns: :class:`EscapeCurvature`.
     """
@@ -202,44 +218,54 @@ def escape_curvature(
             raise ValueError(f"k={k} exceeds the dimension {dim} of the {name}; use k <= {dim}")
 
     lh = _lz(eh.H, k, "both", max_iter, lanczos_tol, g, vectors=True)
-    lg = _lz(eh.G, k, "both", max_iter, lanczos_tol, g)
-    le = _lz(eh.objective_hessian, k, "both", max_iter, lanczos_tol, g)
-    scale_h, scale_e = lh.scale, le.scale
-    num_neg_e = count_negative(le, tol)
-    scale_g = max(lg.scale, scale_h)
-    num_neg_g = count_negative(lg, tol, scale_g)
+    scale_h = lh.scale
+    runs = [lh]
+    lg = le = lgt = let = None
+    if pullback:
+        lg = _lz(eh.G, k, "both", max_iter, lanczos_tol, g)
+        runs.append(lg)
+        if eh.cosine:
+            lgt = _lz(eh.G_tangent, k, "both", max_iter, lanczos_tol, g)
+            runs.append(lgt)
+    if objective_spectrum:
+        le = _lz(eh.objective_hessian, k, "both", max_iter, lanczos_tol, g)
+        runs.append(le)
+        if eh.cosine:
+            let = _lz(eh.objective_hessian_tangent, k, "both", max_iter, lanczos_tol, g)
+            runs.append(let)
 
-    lgt = let = None
-    if eh.cosine:
-        lgt = _lz(eh.G_tangent, k, "both", max_iter, lanczos_tol, g)
-        let = _lz(eh.objective_hessian_tangent, k, "both", max_iter, lanczos_tol, g)
-
-    # split the curvature along the bottom Ritz vectors of H_eff
+    # split the curvature along the bottom Ritz vectors of H_eff: θ = vᵀGv + vᵀMv. vᵀGv is a
+    # product of its own when the pullback is computed, else θ − vᵀMv (vᵀHv = θ for a Ritz pair)
     assert lh.eigenvectors is not None
     order = torch.argsort(lh.eigenvalues)
     directions: list[tuple[float, float, float]] = []
     head_curv = pull_curv = float("nan")
     for j, idx in enumerate(order.tolist()):
         theta = float(lh.eigenvalues[idx])
-        if j > 0 and not theta + float(lh.residuals[idx]) < -tol * scale_h:
+        negative_converged = theta + float(lh.residuals[idx]) < -tol * scale_h
+        if j > 0 and not negative_converged:
             break
         v = lh.eigenvectors[:, idx]
         v = v / v.norm()
-        qg = float(torch.dot(v, eh.G(v)))
         qm = float(torch.dot(v, eh.M(v)))
+        qg = float(torch.dot(v, eh.G(v))) if pullback else float(torch.dot(v, eh.H(v))) - qm
         if j == 0:
             head_curv, pull_curv = qm, qg
-        if theta + float(lh.residuals[idx]) < -tol * scale_h:
+        if negative_converged:
             directions.append((theta, qg, qm))
+        if not pullback:
+            break  # fast path: the escape direction only
     lam_min_h = lh.lambda_min
     negative = lam_min_h < -tol * scale_h
     share = head_curv / lam_min_h if negative and lam_min_h != 0 else 0.0
     head_neg = max(0.0, -head_curv) / scale_h if scale_h > 0 else 0.0
 
-    ratio, ratio_se = m_over_h_ratio(eh, num_probes=fro_probes, generator=g)
+    ratio = ratio_se = None
+    if m_over_h:
+        ratio, ratio_se = m_over_h_ratio(eh, num_probes=fro_probes, generator=g)
     spec = getattr(head, "spec", None)
     n_matvec = sum(op.n_matvec for op in (eh.H, eh.G, eh.M, eh.G_tangent, eh.objective_hessian, eh.objective_hessian_tangent))
-    runs = [lh, lg, le] + ([lgt, let] if lgt is not None else [])
+    num_neg_e = count_negative(le, tol) if le is not None else None
     return EscapeCurvature(
         objective=eh.objective_name,
         head=spec.to_dict() if hasattr(spec, "to_dict") else None,
@@ -257,17 +283,15 @@ def escape_curvature(
         lambda_min_H=lam_min_h,
         lambda_max_H=lh.lambda_max,
         num_negative_H=count_negative(lh, tol),
-        lambda_min_G=lg.lambda_min,
-        lambda_max_G=lg.lambda_max,
-        num_negative_G=num_neg_g,
+        lambda_min_G=lg.lambda_min if lg is not None else None,
+        lambda_max_G=lg.lambda_max if lg is not None else None,
+        num_negative_G=count_negative(lg, tol, max(lg.scale, scale_h)) if lg is not None else None,
         lambda_min_G_tangent=lgt.lambda_min if lgt is not None else None,
-        num_negative_G_tangent=(
-            count_negative(lgt, tol, max(lgt.scale, scale_h)) if lgt is not None else None
-        ),
-        lambda_min_objective=le.lambda_min,
-        lambda_max_objective=le.lambda_max,
+        num_negative_G_tangent=count_negative(lgt, tol, max(lgt.scale, scale_h)) if lgt is not None else None,
+        lambda_min_objective=le.lambda_min if le is not None else None,
+        lambda_max_objective=le.lambda_max if le is not None else None,
         num_negative_objective=num_neg_e,
-        objective_psd=num_neg_e == 0,
+        objective_psd=(num_neg_e == 0) if num_neg_e is not None else None,
         objective_psd_tangent=(count_negative(let, tol) == 0) if let is not None else None,
         m_over_h=ratio,
         m_over_h_stderr=ratio_se,
@@ -275,7 +299,7 @@ def escape_curvature(
         pullback_curvature=pull_curv,
         head_share=share,
         head_negative_curvature=head_neg,
-        lambda_min_shift=lam_min_h - lg.lambda_min,
+        lambda_min_shift=lam_min_h - lg.lambda_min if lg is not None else None,
         negative_directions=directions,
         tol=tol,
         k=k,

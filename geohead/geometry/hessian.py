@@ -61,7 +61,7 @@ Mode = Literal["accurate", "fast"]
 #: budget for screening many heads (λ_max converges in a few steps, λ_min only roughly).
 MODES: dict[str, dict[str, Any]] = {
     "accurate": {"k": 6, "max_iter": None, "lanczos_tol": None, "fro_probes": 30, "dtype": torch.float64},
-    "fast": {"k": 2, "max_iter": 16, "lanczos_tol": 1e-3, "fro_probes": 6, "dtype": torch.float32},
+    "fast": {"k": 2, "max_iter": 10, "lanczos_tol": 1e-3, "fro_probes": 4, "dtype": torch.float32},
 }
 
 
@@ -428,7 +428,7 @@ def spectrum_summary(
         k: Ritz values per end (default by ``mode``: 6 accurate, 2 fast).
         tol: an eigenvalue counts as negative only below −tol·max|λ| (DESIGN.md pitfall).
         mode: ``"accurate"`` (converge to ``lanczos_tol``, default 1e-8 relative in float64) or
-            ``"fast"`` (at most 16 Lanczos steps, 6 Frobenius probes: a screening budget; the
+            ``"fast"`` (at most 10 Lanczos steps, 4 Frobenius probes: a screening budget; the
             operator's dtype is whatever the EffectiveHessian was built with).
         max_iter, lanczos_tol, fro_probes: override the mode's settings.
     """
