@@ -59,6 +59,8 @@ class DataConfig:
     img_size: int = 32
     views: Optional[str] = None
     """View recipe (``simclr``, ``byol``, ``simsiam``, ``barlow``, ``vicreg``, ``dino``); None: the objective's."""
+    view_args: dict = field(default_factory=dict)
+    """ViewSpec fields that override the recipe for every view, e.g. ``{rotation = 45, gray_p = 0.0}``."""
     download: bool = False
 
 
@@ -88,6 +90,9 @@ class HeadConfig:
     """HeadSpec fields that override the preset (``hidden_dim``, ``out_dim``, ``depth``, ...)."""
     predictor: dict = field(default_factory=dict)
     """HeadSpec fields that override the predictor preset (BYOL, SimSiam)."""
+    init_scale: float = 1.0
+    """Multiply the weights of the head's Linear layers by this factor after initialisation
+    (the paper's "pseudo-collapsed" start of Fig. 3 uses 0.1); the predictor is left as built."""
 
     def resolve(self, objective: str, in_dim: int) -> "HeadSpec":
         """The head's :class:`HeadSpec` for backbone features of dimension ``in_dim``."""
@@ -206,9 +211,17 @@ class TrainConfig:
             raise ConfigError(f"[objective_args]: {exc}") from None
         if self.data.views is not None:
             _choice("data.views", self.data.views, tuple(OBJECTIVES))
+        if self.data.view_args:
+            from geohead.data.views import get_recipe
+
+            try:
+                get_recipe(self.data.views or self.objective).replace(**self.data.view_args)
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"[data.view_args]: {exc}") from None
         positive = {
             "optim.batch_size": self.optim.batch_size, "optim.lr": self.optim.lr, "optim.epochs": self.optim.epochs,
             "data.img_size": self.data.img_size, "track.log_every": self.track.log_every,
+            "head.init_scale": self.head.init_scale,
             "probe.knn_k": self.probe.knn_k, "probe.knn_t": self.probe.knn_t, "probe.factor_bins": self.probe.factor_bins,
         }
         for key, value in positive.items():

@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -69,6 +69,24 @@ class SSLModel(nn.Module):
 
 
 @dataclass
+class EpochEnd:
+    """What ``train(cfg, callback=fn)`` passes to ``fn``: once before the first update of a fresh
+    run (``epoch == 0``) and after every completed epoch (main process only).
+
+    ``model`` is the live student (train mode; a callback that changes the mode or the weights
+    must restore them), ``views`` the normalised views of the step's batch (B, 3, H, W) each.
+    """
+
+    epoch: int
+    step: int
+    model: SSLModel
+    objective: Objective
+    teacher: SSLModel | None
+    views: list[Tensor]
+    out_dir: Path
+
+
+@dataclass
 class RunResult:
     out_dir: Path
     steps: int
@@ -109,6 +127,11 @@ def build_models(cfg: TrainConfig):
     backbone = create_backbone(img_size=cfg.data.img_size, channels_last=cfg.backbone.channels_last, **kwargs)
     head_spec = cfg.head.resolve(cfg.objective, backbone.num_features)
     head = GeometricHead.from_spec(head_spec)
+    if cfg.head.init_scale != 1.0:  # e.g. the paper's pseudo-collapsed start (Fig. 3): weights x 0.1
+        with torch.no_grad():
+            for m in head.mlp.modules():
+                if isinstance(m, nn.Linear):
+                    m.weight.mul_(cfg.head.init_scale)
     pred_spec = cfg.head.resolve_predictor(cfg.objective, head_spec.output_dim)
     predictor = GeometricHead.from_spec(pred_spec) if pred_spec is not None else None
     objective = build_objective(cfg, head_spec)
@@ -156,8 +179,12 @@ def _unwrap(model: nn.Module) -> SSLModel:
 
 
 # ---------------------------------------------------------------------- the loop
-def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False) -> RunResult:
+def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
+          callback: Callable[[EpochEnd], None] | None = None) -> RunResult:
     """Train ``cfg`` end to end; resume from ``<out>/last.ckpt`` when it holds the same run.
+
+    ``callback`` (optional) receives an :class:`EpochEnd` before the first update and after
+    every epoch, e.g. for per-epoch measurements that the tracker does not make.
 
     Raises :class:`TrainingDiverged` on a NaN/inf loss (the last good checkpoint stays), and
     ``ValueError`` when the run folder holds a different run (use ``overwrite=True`` or another
@@ -169,7 +196,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False) -> Run
     dist_on = _init_distributed()
     rank, world = distributed.rank(), distributed.world_size()
     try:
-        return _train(cfg, resume, overwrite, rank, world, load_dataset, make_view_fn)
+        return _train(cfg, resume, overwrite, rank, world, load_dataset, make_view_fn, callback)
     finally:
         if dist_on:
             torch.distributed.destroy_process_group()
@@ -186,7 +213,8 @@ def _init_distributed() -> bool:
     return True
 
 
-def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: int, load_dataset, make_view_fn) -> RunResult:
+def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: int, load_dataset, make_view_fn,
+           callback: Callable[[EpochEnd], None] | None = None) -> RunResult:
     from geohead.optim import build_optimizer, lr_at, scaled_lr, set_lr
 
     device = resolve_device(cfg.device)
@@ -211,7 +239,7 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
     torch.manual_seed(cfg.seed)
     model, objective, head_spec, pred_spec = build_models(cfg)
     recipe = cfg.data.views or cfg.objective
-    view_fn = make_view_fn(recipe, img_size=cfg.data.img_size, mean=data.mean, std=data.std)
+    view_fn = make_view_fn(recipe, img_size=cfg.data.img_size, mean=data.mean, std=data.std, **cfg.data.view_args)
     images = data.images.to(device)
 
     model.to(device)
@@ -313,6 +341,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
             if teacher is not None:  # the teacher starts as an exact copy of the student
                 teacher.head.load_state_dict(model.head.state_dict())
             whiten_pending = False
+        if callback is not None and is_main and step == 0:
+            _call(callback, EpochEnd(0, 0, model, objective, teacher, views, out), model)
         if hasattr(objective, "set_epoch"):
             objective.set_epoch(step / steps_per_epoch)
         lr = lr_at(step, total_steps, warmup_steps, base_lr, cfg.optim.final_lr_ratio)
@@ -353,6 +383,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
             bar.update(1)
         if done % ckpt_every == 0 or done == run_steps:
             save(done)
+        if callback is not None and is_main and done % steps_per_epoch == 0:
+            _call(callback, EpochEnd(done // steps_per_epoch, done, model, objective, teacher, views, out), model)
         t_last += time.perf_counter() - t_pause
     if bar is not None:
         bar.close()
@@ -368,6 +400,12 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         result.probes, result.summary = probes, summary
     return result
+
+
+def _call(callback: Callable[[EpochEnd], None], info: EpochEnd, model: nn.Module) -> None:
+    """Run a user callback; the student goes back to train mode afterwards."""
+    callback(info)
+    model.train()
 
 
 def _run_identity(cfg: dict) -> dict:
