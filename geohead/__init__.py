@@ -8,4 +8,17 @@ from __future__ import annotations
 from geohead._version import __version__
 from geohead.heads import GeometricHead, HeadSpec
 
-__all__ = ["GeometricHead", "HeadSpec", "__version__"]
+__all__ = ["GeometricHead", "HeadSpec", "__version__", "export_backbone", "load_backbone"]
+
+#: Attributes loaded on first access, so that ``import geohead`` stays light (PEP 562).
+_LAZY = {"export_backbone": "geohead.export", "load_backbone": "geohead.export"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'geohead' has no attribute {name!r}")

@@ -21,6 +21,10 @@ from geohead.commands.train import train  # noqa: E402
 
 main.add_command(train)
 
+from geohead.commands.export import export  # noqa: E402
+
+main.add_command(export)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
