@@ -3,8 +3,10 @@
     data (uint8, on device) -> views -> backbone -> head (-> predictor) -> objective
                                        EMA teacher (BYOL, DINO) -> target branch
 
-Everything a step needs is random only through a generator seeded from (seed, rank, step), so
-a resumed run replays exactly the batches and views the killed run would have seen. The run
+Everything a step needs is random only through a generator seeded from (seed, step), so a
+resumed run replays exactly the batches and views the killed run would have seen, and N
+processes under torchrun (each applying its slice of the global batch's view parameters) see
+exactly the views of one process. The run
 folder holds ``config.json``, ``head.json``, ``metrics.jsonl`` (what ``geohead report`` plots),
 ``last.ckpt`` (safetensors, atomic) and, at the end, ``probes.json`` and ``summary.json``.
 """
@@ -246,6 +248,11 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
     channels_last = bool(model.backbone.geohead_config.get("channels_last"))
     objective.to(device)
     if world > 1 and cfg.backbone.sync_batchnorm:
+        if device.type != "cuda":
+            raise ValueError(
+                "backbone.sync_batchnorm needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel); on CPU set "
+                "backbone.sync_batchnorm=false (per-process BatchNorm statistics) or use a LayerNorm backbone (ViT)"
+            )
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     teacher = build_teacher(model) if objective.uses_teacher else None
     optimizer = build_optimizer(cfg.optim, [model], device.type)
@@ -330,8 +337,10 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
             perm_epoch = epoch
         b = step % steps_per_epoch
         idx = perm[b * cfg.optim.batch_size + rank * local_bs: b * cfg.optim.batch_size + (rank + 1) * local_bs]
-        gen = torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + step)
-        views = view_fn(images[idx], gen)
+        # one generator per step, the same on every rank: each rank applies its slice of the
+        # global batch's view parameters, so N processes see exactly one process's views
+        gen = torch.Generator(device=device).manual_seed(cfg.seed * 1_000_003 + step)
+        views = view_fn(images[idx], gen, shard=(rank, world))
         if channels_last:
             views = [v.contiguous(memory_format=torch.channels_last) for v in views]
         if whiten_pending:
@@ -370,6 +379,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
         n_last += cfg.optim.batch_size
         done = step + 1
         if done % cfg.track.log_every == 0 or done == run_steps:
+            if world > 1:  # the loss of the global batch: the mean of the ranks' losses
+                last_loss = float(distributed.all_reduce_mean(loss.detach()))
             now = time.perf_counter()
             ips = n_last / max(now - t_last, 1e-9)
             t_last, n_last = now, 0
@@ -471,7 +482,7 @@ class Tracker:
             self._prev[name] = cur
         if "update_head" in rec and "update_backbone" in rec:
             rec["update_ratio_head_over_backbone"] = rec["update_head"] / max(rec["update_backbone"], 1e-12)
-        if self.cfg.track.hessian_every and step % self.cfg.track.hessian_every == 0:
+        if self.enabled and self.cfg.track.hessian_every and step % self.cfg.track.hessian_every == 0:
             rec.update(self.hessian(model, views, teacher))
         self.latest.update({k: v for k, v in rec.items() if isinstance(v, float)})
         self.log(rec)

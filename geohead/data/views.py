@@ -321,14 +321,29 @@ class Views:
     def _side(self, spec: ViewSpec) -> int:
         return max(1, int(round(spec.size * self.img_size)))
 
-    def __call__(self, images: Tensor, generator: torch.Generator | None = None) -> list[Tensor]:
+    def __call__(
+        self, images: Tensor, generator: torch.Generator | None = None, shard: tuple[int, int] | None = None
+    ) -> list[Tensor]:
+        """Views of ``images`` (B, 3, H, W).
+
+        ``shard=(rank, world)``: ``images`` is rank's contiguous part of a global batch of
+        ``B * world`` images; the random parameters are drawn for the whole global batch (cheap)
+        and rank's slice applied, so the union of the ranks' views equals the views one process
+        would make of the global batch with the same generator (fused backend only).
+        """
         x = self._to_float(images)
         if generator is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
             generator = torch.Generator().manual_seed(seed)
+        if shard is not None:
+            rank, world = shard
+            if not (isinstance(world, int) and world >= 1 and 0 <= rank < world):
+                raise ValueError(f"shard must be (rank, world) with 0 <= rank < world, got {shard!r}")
+            if self.backend != "fused" and world > 1:
+                raise ValueError("sharded views need backend='fused' (kornia draws from the global RNG)")
         if self.backend == "kornia":
             return self._kornia_views(x, generator)
-        return self._fused_views(x, generator)
+        return self._fused_views(x, generator, shard or (0, 1))
 
     # -- input --------------------------------------------------------------------------------
     @staticmethod
@@ -349,12 +364,17 @@ class Views:
         return torch.addcmul(shift, x, inv)
 
     # -- fused backend ----------------------------------------------------------------------
-    def _fused_views(self, x: Tensor, g: torch.Generator) -> list[Tensor]:
+    def _fused_views(self, x: Tensor, g: torch.Generator, shard: tuple[int, int] = (0, 1)) -> list[Tensor]:
         b, _, in_h, in_w = x.shape
+        rank, world = shard
         out: list[Tensor] = []
         for spec in self.recipe.views:
             n = b * spec.count
-            p = {k: v.to(x.device) for k, v in sample_params(spec, n, in_h, in_w, g).items()}
+            p = sample_params(spec, n * world, in_h, in_w, g)
+            if world > 1:  # global layout (count, b * world): keep this rank's columns
+                p = {k: v if k == "order" else v.view(spec.count, b * world)[:, rank * b:(rank + 1) * b].reshape(n)
+                     for k, v in p.items()}
+            p = {k: v.to(x.device) for k, v in p.items()}
             side = self._side(spec)
             src = x if spec.count == 1 else x.repeat(spec.count, 1, 1, 1)
             theta = Fn.affine_matrices(p["cx"], p["cy"], p["half_w"], p["half_h"], p["angle"], p["flip"], in_h, in_w)
