@@ -25,6 +25,10 @@ from geohead.commands.export import export  # noqa: E402
 
 main.add_command(export)
 
+from geohead.commands.diagnose import diagnose  # noqa: E402
+
+main.add_command(diagnose)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

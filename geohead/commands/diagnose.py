@@ -1,0 +1,59 @@
+"""``geohead diagnose RUN_OR_CKPT``: the geometry report of a trained backbone + head."""
+from __future__ import annotations
+
+import json
+
+import click
+
+from geohead.commands import fail
+
+
+@click.command()
+@click.argument("source", type=click.Path())
+@click.option("--data", help="Dataset to measure on (shapes, cifar10, an .npz file or image folder); default: the run's.")
+@click.option("--data-test", help="Test source for the probes and monitors (default: --data's test split).")
+@click.option("--data-root", help="Root folder of torchvision datasets.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Where to write the JSON report (default: RUN/diagnose.json).")
+@click.option("--mode", type=click.Choice(["accurate", "fast"]), default="accurate", show_default=True,
+              help="accurate: float64, converged Lanczos; fast: float32 screening budget.")
+@click.option("--n-test", type=int, default=1000, show_default=True, help="Test images (monitors, probe test set).")
+@click.option("--n-train", type=int, default=2000, show_default=True, help="Probe training images.")
+@click.option("--orbit-images", type=int, default=64, show_default=True, help="Images per augmentation orbit family.")
+@click.option("--hessian-samples", type=int, default=64, show_default=True, help="Batch of the effective Hessian at real features.")
+@click.option("--collapse-batch", type=int, default=16, show_default=True, help="Batch of the collapsed state.")
+@click.option("--families", default="rotate,hue,saturation,blur,crop", show_default=True, help="Orbit families, comma-separated.")
+@click.option("--no-probes", is_flag=True, help="Skip the guillotine probes.")
+@click.option("--no-linear", is_flag=True, help="kNN probes only (no linear probes).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:K or auto.")
+def diagnose(source: str, data: str | None, data_test: str | None, data_root: str | None, json_path: str | None, mode: str,
+             n_test: int, n_train: int, orbit_images: int, hessian_samples: int, collapse_batch: int, families: str,
+             no_probes: bool, no_linear: bool, seed: int, device: str) -> None:
+    """Curvature at collapse, H_eff at real features, orbit compression per augmentation, collapse
+    monitors and guillotine probes of the backbone + head in SOURCE (a run folder or .ckpt file).
+
+    Prints tables and writes the JSON report (the numbers the library calls return).
+    """
+    from pathlib import Path
+
+    from geohead.checkpoint import CheckpointError
+    from geohead.diagnose import DiagnoseSettings, default_json_path, diagnose as run, format_table
+
+    settings = DiagnoseSettings(
+        data=data, data_test=data_test, data_root=data_root, n_test=n_test, n_train=n_train, n_orbit_images=orbit_images,
+        hessian_samples=hessian_samples, collapse_batch=collapse_batch, mode=mode,
+        families=tuple(f.strip() for f in families.split(",") if f.strip()), probes=not no_probes, linear=not no_linear,
+        seed=seed, device=device,
+    )
+    out = Path(json_path) if json_path else default_json_path(source)
+    try:
+        settings.validate()
+        report = run(source, settings, progress=lambda msg: click.echo(f"diagnose: {msg} ...", err=True))
+    except (CheckpointError, ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(out)
+    click.echo(format_table(report))
+    click.echo(f"\nJSON report: {out}")

@@ -1,0 +1,404 @@
+"""The geometry report of a trained backbone + head: ``geohead diagnose RUN_OR_CKPT``.
+
+:func:`diagnose` composes the library's measurements on the models of one checkpoint, and
+records exactly what each call returned (``to_dict()`` of its result):
+
+* ``escape`` — :func:`geohead.geometry.escape_curvature` of the head (+ predictor, teacher head)
+  at the objective's complete collapsed state: H_eff = G + M, the objective's own curvature, and
+  the head's share along the escape direction (Thm 4.1);
+* ``hessian`` — :func:`geohead.geometry.spectrum_summary` of an
+  :class:`~geohead.geometry.EffectiveHessian` at *real* backbone features (two training views of
+  a test batch): λ_min, λ_max, negatives, ‖M‖_F/‖H‖_F; ``density`` —
+  :func:`geohead.geometry.slq_density` of the same H_eff (what ``geohead report`` plots);
+* ``orbits`` — :func:`geohead.geometry.orbit_invariance` per augmentation family of
+  :data:`geohead.data.ORBIT_FAMILIES`: the width-invariant compression beside the paper's
+  ``paper_l2`` / ``paper_var``, tangent invariance and the Fisher-rank loss;
+* ``collapse`` — :func:`geohead.geometry.collapse_monitors` of backbone features and head
+  embeddings of the test split;
+* ``probes`` — the guillotine report (:func:`geohead.train.run_probes`: kNN / linear probes for
+  the class and the data's nuisance factors, backbone vs head).
+
+Every random choice is seeded (:class:`DiagnoseSettings.seed`), models run in eval mode (BN on
+running statistics; ``bn_mode="eval"`` everywhere), inputs are normalised with the training
+data's mean/std. Reproducing a number by hand means calling the same function with the same
+inputs (see ``tests/test_diagnose.py``, which does exactly that).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from geohead.checkpoint import Checkpoint, load_checkpoint
+
+
+@dataclasses.dataclass
+class DiagnoseSettings:
+    """Knobs of :func:`diagnose` (all recorded in the report).
+
+    Attributes:
+        data, data_root, data_test: images to measure on; default the checkpoint's training data
+            (``data_test``: its test source; for a file or folder ``data`` give ``data_test`` too,
+            else the probes would test on their training images).
+        n_test: test images (collapse monitors, probe test set); n_train: probe training images.
+        n_orbit_images: images per orbit family (each gives P views, P = the family's sweep).
+        hessian_samples: batch size B of the H_eff at real features.
+        collapse_batch: batch size of the collapsed state.
+        mode: ``"accurate"`` (float64, converged Lanczos) or ``"fast"`` (float32, screening).
+        density_probes, density_steps: stochastic Lanczos quadrature of the spectral density.
+        families: orbit families (names in ORBIT_FAMILIES); probes: run the guillotine probes;
+        linear: add linear probes to the kNN probes.
+        seed: seeds every generator; device: "auto", "cpu", "cuda[:k]".
+    """
+
+    data: str | None = None
+    data_root: str | None = None
+    data_test: str | None = None
+    n_test: int = 1000
+    n_train: int = 2000
+    n_orbit_images: int = 64
+    hessian_samples: int = 64
+    collapse_batch: int = 16
+    mode: str = "accurate"
+    density_probes: int = 4
+    density_steps: int = 40
+    families: tuple[str, ...] = ("rotate", "hue", "saturation", "blur", "crop")
+    probes: bool = True
+    linear: bool = True
+    seed: int = 0
+    device: str = "cpu"
+
+    def validate(self) -> "DiagnoseSettings":
+        from geohead.data.orbits import ORBIT_FAMILIES
+        from geohead.geometry.hessian import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {list(MODES)}")
+        bad = [f for f in self.families if f not in ORBIT_FAMILIES]
+        if bad:
+            raise ValueError(f"unknown orbit families {bad}; choose from {list(ORBIT_FAMILIES)}")
+        for key in ("n_test", "n_train", "n_orbit_images", "density_probes", "density_steps"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("hessian_samples", "collapse_batch"):
+            if getattr(self, key) < 2:
+                raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
+        return self
+
+
+@dataclasses.dataclass
+class TrainedModels:
+    """The models of a checkpoint, in eval mode, on ``device``.
+
+    ``model`` is the student :class:`~geohead.train.SSLModel` (backbone, head, predictor or
+    Identity), ``teacher`` the EMA teacher's SSLModel (BYOL, DINO) or None, ``objective`` with
+    its buffers (DINO's centre) and temperature schedule at the checkpoint's epoch.
+    """
+
+    model: nn.Module
+    teacher: nn.Module | None
+    objective: nn.Module
+    meta: dict[str, Any]
+
+    @property
+    def predictor(self) -> nn.Module | None:
+        p = self.model.predictor
+        return None if isinstance(p, nn.Identity) else p
+
+    @property
+    def teacher_head(self) -> nn.Module | None:
+        return self.teacher.head if self.teacher is not None else None
+
+    @property
+    def channels_last(self) -> bool:
+        return bool(self.model.backbone.geohead_config.get("channels_last"))
+
+
+def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.device = "cpu") -> TrainedModels:
+    """Rebuild backbone, head, predictor, teacher and objective from a checkpoint (eval mode).
+
+    The architecture comes from the checkpoint's metadata (``backbone``, ``head_spec``,
+    ``predictor_spec``, ``objective`` + ``objective_hparams``), the weights from its tensors.
+    """
+    from geohead.backbones import rebuild_backbone
+    from geohead.heads import GeometricHead
+    from geohead.objectives import get_objective
+    from geohead.train import SSLModel, build_teacher
+
+    ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
+    meta = ck.meta
+    missing = [k for k in ("backbone", "head_spec", "objective", "objective_hparams") if meta.get(k) is None]
+    if missing:
+        raise ValueError(f"checkpoint {str(ck.path)!r} lacks metadata {missing}; it was not written by geohead train")
+    backbone = rebuild_backbone(meta["backbone"])
+    head = GeometricHead.from_spec(meta["head_spec"])
+    predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
+    objective = get_objective(meta["objective"], **meta["objective_hparams"])
+    model = SSLModel(backbone, head, predictor, concat=meta["objective"] == "dino")
+    model.load_state_dict(ck.section("model"), strict=True)
+    objective.load_state_dict(ck.section("objective"), strict=True)
+    if hasattr(objective, "set_epoch") and meta.get("epoch") is not None:
+        objective.set_epoch(float(meta["epoch"]))
+    teacher = None
+    if ck.section("teacher"):
+        teacher = build_teacher(model)
+        teacher.load_state_dict(ck.section("teacher"), strict=True)
+        teacher.to(device).eval()
+    model.to(device).eval()
+    objective.to(device).eval()
+    return TrainedModels(model, teacher, objective, meta)
+
+
+def _device(name: str) -> torch.device:
+    from geohead.train import resolve_device
+
+    return resolve_device(name)
+
+
+def _config(meta: dict[str, Any], s: DiagnoseSettings):
+    """The run's TrainConfig with the data and probe settings of this diagnosis."""
+    from geohead.config import ConfigError, config_from_dict
+
+    d = json.loads(json.dumps(meta.get("config") or {}))
+    d.setdefault("head", {})["file"] = None  # the head comes from the checkpoint's head_spec
+    data = d.setdefault("data", {})
+    if s.data is not None:
+        data.update(name=s.data, test=s.data_test, root=s.data_root)
+    elif s.data_test is not None:
+        data["test"] = s.data_test
+    if s.data_root is not None:
+        data["root"] = s.data_root
+    d["probe"] = {**d.get("probe", {}), "enabled": True, "n_train": s.n_train, "n_test": s.n_test, "linear": s.linear}
+    try:
+        return config_from_dict(d)
+    except ConfigError as exc:
+        raise ValueError(f"the checkpoint's training config does not validate with this geohead: {exc}") from None
+
+
+def _json_safe(x: Any) -> Any:
+    """NaN/inf -> strings "nan"/"inf"/"-inf" so the report is strict JSON."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return x
+
+
+def real_feature_batch(tm: TrainedModels, images: Tensor, mean, std, cfg, seed: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Backbone features (B, d) of two training views of ``images`` (uint8, B images).
+
+    The views come from the run's view recipe (``data.views`` or the objective's, with
+    ``data.view_args``), drawn with ``torch.Generator(device).manual_seed(seed)``; the backbone
+    runs in eval mode, without gradients; features are float32.
+    """
+    from geohead.data import make_view_fn
+
+    view_fn = make_view_fn(cfg.data.views or cfg.objective, img_size=cfg.data.img_size, mean=mean, std=std,
+                           **dict(getattr(cfg.data, "view_args", {}) or {}))
+    gen = torch.Generator(device=device).manual_seed(seed)
+    views = view_fn(images.to(device), gen)
+    if tm.channels_last:
+        views = [v.contiguous(memory_format=torch.channels_last) for v in views]
+    with torch.no_grad():
+        return tm.model.backbone(views[0]).float(), tm.model.backbone(views[1]).float()
+
+
+def orbit_encoder(tm: TrainedModels, mean, std, device: torch.device):
+    """images in [0, 1] (N, 3, H, W) -> backbone features (N, d): normalise, eval-mode backbone."""
+    m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    sd = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+
+    def encode(x: Tensor) -> Tensor:
+        x = ((x.to(device, torch.float32) - m) / sd)
+        if tm.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            return tm.model.backbone(x).float()
+
+    return encode
+
+
+def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings | None = None, progress=None) -> dict[str, Any]:
+    """The geometry report of a checkpoint (see the module docstring); a JSON-ready dict.
+
+    ``progress`` (optional) is called with a short string before each part.
+    """
+    from geohead.data import ORBIT_FAMILIES, load_dataset
+    from geohead.features import extract
+    from geohead.geometry import (
+        EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
+    )
+    from geohead.geometry.hessian import MODES
+    from geohead.train import run_probes
+
+    import time
+
+    s = (settings or DiagnoseSettings()).validate()
+    seconds: dict[str, float] = {}
+    clock = [time.perf_counter(), None]
+
+    def say(msg: str, part: str | None = None) -> None:
+        now = time.perf_counter()
+        if clock[1] is not None:
+            seconds[clock[1]] = seconds.get(clock[1], 0.0) + now - clock[0]
+        clock[0], clock[1] = now, part
+        if progress is not None and msg:
+            progress(msg)
+    device = _device(s.device)
+    ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
+    tm = load_trained(ck, device)
+    meta = tm.meta
+    cfg = _config(meta, s)
+    mean, std = meta["data"]["mean"], meta["data"]["std"]  # the training normalisation, whatever the data
+    dtype = MODES[s.mode]["dtype"]
+    head, pred, teacher_head = tm.model.head, tm.predictor, tm.teacher_head
+
+    say("escape curvature at collapse", "escape")
+    escape = escape_curvature(head, tm.objective, predictor=pred, teacher=teacher_head, batch_size=s.collapse_batch,
+                              kind="complete", mode=s.mode, generator=torch.Generator().manual_seed(s.seed))
+
+    say("test data", "data")
+    test = load_dataset(cfg.data.test or cfg.data.name, root=cfg.data.root, train=False, download=False,
+                        n=s.n_test, img_size=cfg.data.img_size, seed=cfg.seed)
+    say("H_eff at real features", "hessian")
+    b = min(s.hessian_samples, len(test))
+    z1, z2 = real_feature_batch(tm, test.images[:b], mean, std, cfg, s.seed, device)
+    eh = EffectiveHessian(head, tm.objective, z1, z2, predictor=pred, teacher=teacher_head, bn_mode="eval", dtype=dtype)
+    hess = spectrum_summary(eh, mode=s.mode, generator=torch.Generator().manual_seed(s.seed))
+    dens = slq_density(eh.H, num_probes=s.density_probes, num_steps=s.density_steps,
+                       generator=torch.Generator().manual_seed(s.seed))
+
+    n_orb = min(s.n_orbit_images, len(test))
+    images01 = test.images[:n_orb].float() / 255.0
+    encode = orbit_encoder(tm, mean, std, device)
+    orbits = {}
+    for name in s.families:
+        fam = ORBIT_FAMILIES[name]
+        say(f"orbits: {name}", "orbits")
+        orbits[name] = orbit_invariance(encode, head, images01.to(device), fam.fn, fam.params, labels=test.labels[:n_orb],
+                                        generator=torch.Generator().manual_seed(s.seed)).to_dict()
+        orbits[name]["description"] = fam.description
+
+    say("collapse monitors", "collapse")
+    feats, embs = extract(tm.model.backbone, head, test.images, mean, std, device, channels_last=tm.channels_last)
+    collapse = {"backbone": collapse_monitors(feats).to_dict(), "head": collapse_monitors(embs).to_dict()}
+
+    probes = None
+    if s.probes:
+        say("guillotine probes", "probes")
+        train_data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=False,
+                                  n=s.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
+        probes = run_probes(cfg, tm.model, train_data, device, load_dataset)
+
+    say("", None)
+    bb = meta["backbone"]
+    report = {
+        "format": "geohead.diagnose/1",
+        "source": {
+            "checkpoint": str(ck.path), "objective": meta["objective"], "step": meta.get("step"),
+            "total_steps": meta.get("total_steps"), "backbone": bb.get("name"), "backbone_dim": bb.get("num_features"),
+            "head_spec": meta["head_spec"], "predictor_spec": meta.get("predictor_spec"),
+            "teacher": tm.teacher is not None, "trained_on": meta.get("data"),
+        },
+        "data": {"name": cfg.data.name, "test": cfg.data.test or cfg.data.name, "n_test": len(test),
+                 "n_orbit_images": n_orb, "hessian_samples": b, "mean": mean, "std": std},
+        "settings": dataclasses.asdict(s),
+        "escape": escape.to_dict(),
+        "hessian": hess.to_dict(),
+        "density": dens.to_dict(),
+        "orbits": orbits,
+        "collapse": collapse,
+        "probes": probes,
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},
+    }
+    report["settings"]["families"] = list(s.families)
+    return _json_safe(report)
+
+
+# ---------------------------------------------------------------------- table
+def fmt(x: Any) -> str:
+    """How the table prints one number (4 significant digits; ints as ints; missing as '-')."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, str):
+        return x
+    return f"{x:.4g}"
+
+
+def _rows(header: list[str], rows: list[list[Any]]) -> list[str]:
+    cells = [header] + [[fmt(v) if not isinstance(v, str) else v for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    out = []
+    for j, r in enumerate(cells):
+        out.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return out
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as plain-text tables (every number printed with :func:`fmt`)."""
+    src, data, e, h = report["source"], report["data"], report["escape"], report["hessian"]
+    hs = src["head_spec"]
+    lines = [
+        f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
+        f"{hs.get('activation')} depth {hs.get('depth')} {hs.get('in_dim')}->{hs.get('hidden_dim')}->{hs.get('out_dim')}"
+        f" | step {src['step']}/{src['total_steps']}",
+        f"data: {data['test']} ({data['n_test']} test images; normalised with the training mean/std)",
+        "",
+        f"Escape curvature at complete collapse (B={e['batch_size']}, spread {fmt(e['spread'])}, {e['dtype']}, BN {e['bn_mode']})",
+    ]
+    lines += _rows(
+        ["operator", "lambda_min", "lambda_max", "#negative"],
+        [["H_eff = G + M", e["lambda_min_H"], e["lambda_max_H"], e["num_negative_H"]],
+         ["G (pullback)", e["lambda_min_G"], e["lambda_max_G"], e["num_negative_G"]],
+         ["objective Hessian", e["lambda_min_objective"], e["lambda_max_objective"], e["num_negative_objective"]]],
+    )
+    lines.append(
+        f"  head curvature along the escape direction v'Mv = {fmt(e['head_curvature'])} (v'Gv = {fmt(e['pullback_curvature'])}), "
+        f"head share {fmt(e['head_share'])}, |M|/|H| = {fmt(e['m_over_h'])}, Thm 4.1 premise holds: {fmt(e['premise_holds'])}"
+    )
+    lines += ["", f"Effective Hessian at real features (B={data['hessian_samples']}, two training views, {h['dtype']}, BN eval)"]
+    lines += _rows(
+        ["lambda_min", "lambda_max", "#negative", "cond (within rank)", "|M|/|H|", "converged"],
+        [[h["lambda_min"], h["lambda_max"], h["num_negative"], h["condition_within_rank"], h["m_over_h"], h["converged"]]],
+    )
+    lines += ["", f"Orbit compression, backbone over head ({data['n_orbit_images']} images; > 1: the head shrinks orbits more)"]
+    rows = []
+    for name, o in report["orbits"].items():
+        t = o.get("tangents") or {}
+        rows.append([name, o["compression"], o["compression_paper_l2"], o["compression_paper_var"], t.get("invariance"),
+                     t.get("killed_fraction"), f"{fmt(t.get('rank_backbone'))}->{fmt(t.get('rank_head'))}"])
+    lines += _rows(["family", "relative", "paper_l2", "paper_var", "tangent gain", "killed", "Fisher rank"], rows)
+    lines += ["", "Collapse monitors (test features)"]
+    lines += _rows(
+        ["space", "RankMe", "alpha-ReQ", "std", "healthy std", "condition", "rank/dim"],
+        [[sp, c["rankme"], c["alpha_req"], c["normalized_std"], c["healthy_std"], c["condition"], f"{c['rank']}/{c['dim']}"]
+         for sp, c in report["collapse"].items()],
+    )
+    if report.get("probes"):
+        from geohead.probes import GuillotineReport
+
+        lines += ["", "Guillotine probes (test accuracy; what the head destroyed the backbone keeps)"]
+        lines += ["  " + line for line in GuillotineReport.from_dict(report["probes"]).table().splitlines()]
+    return "\n".join(lines)
+
+
+def default_json_path(source: str | os.PathLike) -> Path:
+    """``RUN/diagnose.json`` for a run folder, ``<ckpt>.diagnose.json`` beside a checkpoint file."""
+    p = Path(source)
+    return p / "diagnose.json" if p.is_dir() else p.with_name(p.stem + ".diagnose.json")
+
+
+__all__ = ["DiagnoseSettings", "TrainedModels", "default_json_path", "diagnose", "fmt", "format_table", "load_trained",
+           "orbit_encoder", "real_feature_batch"]
