@@ -29,6 +29,10 @@ from geohead.commands.diagnose import diagnose  # noqa: E402
 
 main.add_command(diagnose)
 
+from geohead.commands.report import report  # noqa: E402
+
+main.add_command(report)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()

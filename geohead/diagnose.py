@@ -261,13 +261,17 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     dtype = MODES[s.mode]["dtype"]
     head, pred, teacher_head = tm.model.head, tm.predictor, tm.teacher_head
 
+    say("data", "data")  # first, so that a bad --data fails before any measurement
+    test = load_dataset(cfg.data.test or cfg.data.name, root=cfg.data.root, train=False, download=False,
+                        n=s.n_test, img_size=cfg.data.img_size, seed=cfg.seed)
+    train_data = None
+    if s.probes:
+        train_data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=False,
+                                  n=s.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
+
     say("escape curvature at collapse", "escape")
     escape = escape_curvature(head, tm.objective, predictor=pred, teacher=teacher_head, batch_size=s.collapse_batch,
                               kind="complete", mode=s.mode, generator=torch.Generator().manual_seed(s.seed))
-
-    say("test data", "data")
-    test = load_dataset(cfg.data.test or cfg.data.name, root=cfg.data.root, train=False, download=False,
-                        n=s.n_test, img_size=cfg.data.img_size, seed=cfg.seed)
     say("H_eff at real features", "hessian")
     b = min(s.hessian_samples, len(test))
     z1, z2 = real_feature_batch(tm, test.images[:b], mean, std, cfg, s.seed, device)
@@ -294,8 +298,6 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     probes = None
     if s.probes:
         say("guillotine probes", "probes")
-        train_data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=False,
-                                  n=s.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
         probes = run_probes(cfg, tm.model, train_data, device, load_dataset)
 
     say("", None)

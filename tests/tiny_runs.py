@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = [
     "data.n_train=64", "data.n_test=64", "optim.batch_size=16", "optim.max_steps=2", "probe.enabled=false",
     "track.log_every=1", "track.monitor_every=1", "track.progress=false", "head.spec.hidden_dim=64",
+    "track.hessian_every=1", "track.hessian_samples=8", "track.hessian_iters=4",
 ]
 _CACHE: dict[tuple, Path] = {}
 

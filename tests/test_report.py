@@ -1,0 +1,132 @@
+"""geohead report: PNGs of a run (and its diagnose.json) or a search, embedded in one HTML file."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from geohead.cli import main
+from geohead.report import make_report, read_metrics
+from tiny_runs import tiny_run
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DIAG_FAST = ["--mode", "fast", "--n-test", "48", "--n-train", "64", "--orbit-images", "6", "--hessian-samples", "12",
+             "--collapse-batch", "6", "--no-linear"]
+
+
+@pytest.fixture(scope="module")
+def run_copy(tmp_path_factory) -> Path:
+    run = tiny_run(tmp_path_factory, "byol")
+    copy = tmp_path_factory.mktemp("report") / "run"
+    shutil.copytree(run, copy)
+    for p in copy.glob("*diagnose.json"):
+        p.unlink()
+    return copy
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE, path
+    return struct.unpack(">II", data[16:24])
+
+
+def embedded(html_text: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html_text)]
+
+
+def test_run_report_with_diagnose_is_self_contained(run_copy) -> None:
+    res = CliRunner().invoke(main, ["diagnose", str(run_copy), *DIAG_FAST])
+    assert res.exit_code == 0, res.output
+    # in a fresh process: the report must not import pyplot (no change to the user's backend)
+    code = (f"import sys; from geohead.report import make_report; r = make_report({str(run_copy)!r}); "
+            "print(r.kind, [p.name for p in r.pngs], 'matplotlib.pyplot' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split(" ", 1)[0] == "run" and out.stdout.strip().endswith("False")
+    names = ["loss.png", "monitors.png", "hessian.png", "orbit_compression.png", "hessian_density.png", "guillotine.png"]
+    assert all(f"'{n}'" in out.stdout for n in names), out.stdout
+    html_text = (run_copy / "report.html").read_text()
+    images = embedded(html_text)
+    assert images == [(run_copy / n).read_bytes() for n in names]  # every PNG, byte for byte, in order
+    for n in names:
+        w, h = png_size(run_copy / n)
+        assert 500 <= w <= 2500 and 300 <= h <= 1000, (n, w, h)
+    assert not re.search(r'(src|href)="(?!data:)', html_text)  # nothing outside the file
+    assert "<script" not in html_text
+    assert "Orbit compression" in html_text and "Guillotine probes" in html_text  # diagnose's table
+    diag = json.loads((run_copy / "diagnose.json").read_text())
+    assert html_text.count("<figure>") == 6 and diag["escape"]["objective"] == "byol"
+
+
+def test_metrics_series_and_notes(run_copy, tmp_path) -> None:
+    losses, monitors = read_metrics(run_copy)
+    lines = [json.loads(x) for x in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    assert losses == [r for r in lines if "loss" in r] and monitors == [r for r in lines if r.get("kind") == "monitor"]
+    assert [r["step"] for r in losses] == [1, 2] and all("hessian_lambda_min" in m for m in monitors)
+    # a run without diagnose.json and without Hessian tracking: the curves it has, and notes saying why not more
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in losses) + "not json\n")
+    res = make_report(bare, tmp_path / "out")
+    assert [p.name for p in res.pngs] == ["loss.png"] and res.html == tmp_path / "out" / "report.html"
+    assert any("geohead diagnose" in n for n in res.notes) and any("hessian_every" in n for n in res.notes)
+    assert "geohead diagnose" in res.html.read_text()
+
+
+def test_report_errors(tmp_path, monkeypatch) -> None:
+    runner = CliRunner()
+    (tmp_path / "empty").mkdir()
+    for args, needle in (([str(tmp_path / "nope")], "does not exist"), ([str(tmp_path / "empty")], "neither a run")):
+        res = runner.invoke(main, ["report", *args])
+        assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output, res.output
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    for mod in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    res = runner.invoke(main, ["report", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "needs matplotlib" in res.output and "pip install matplotlib" in res.output, res.output
+    assert not (tmp_path / "run" / "report.html").exists()
+
+
+def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch) -> None:
+    """A search folder, with geohead.search's plotting stood in by a stub (this test checks the
+    report's side of the contract: call write_search_plots(folder), embed what it returns and
+    the PNGs search.json names)."""
+    from matplotlib.figure import Figure
+
+    folder = tmp_path / "search"
+    folder.mkdir()
+    (folder / "trials.csv").write_text("number,value,criterion\n0,0.5,1.0\n1,0.6,2.0\n")
+    (folder / "best_head.json").write_text('{"format": "geohead.HeadSpec", "in_dim": 8}\n')
+
+    def draw(path: Path, label: str) -> Path:
+        fig = Figure(figsize=(4, 3))
+        fig.subplots().plot([0, 1], [0, 1], label=label)
+        fig.savefig(path)
+        return path
+
+    draw(folder / "pareto.png", "pareto")
+    (folder / "search.json").write_text(json.dumps({"objective": "barlow", "plots": {"pareto": "pareto.png"}}))
+    calls = []
+
+    def write_search_plots(out_dir: Path) -> list[Path]:
+        calls.append(Path(out_dir))
+        return [draw(Path(out_dir) / "criteria_vs_accuracy.png", "scatter")]
+
+    monkeypatch.setitem(sys.modules, "geohead.search", types.SimpleNamespace(write_search_plots=write_search_plots))
+    res = CliRunner().invoke(main, ["report", str(folder)])
+    assert res.exit_code == 0, res.output
+    assert calls == [folder]
+    html_text = (folder / "report.html").read_text()
+    assert embedded(html_text) == [(folder / "criteria_vs_accuracy.png").read_bytes(), (folder / "pareto.png").read_bytes()]
+    assert "geohead search report: barlow" in html_text and "geohead.HeadSpec" in html_text
