@@ -18,3 +18,19 @@ def shared_data() -> Path:
             "cifar10_train_10k.npz, see ../shared/data/README.md); these tests need that folder"
         )
     return SHARED_DATA
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module's tiny problems (<= 4000 x 64) on one intra-op thread.
+
+    A second thread buys nothing at that size, and when other processes share the 2 cores,
+    OpenMP's spinning threads made them 40x slower. Use with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

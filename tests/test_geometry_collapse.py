@@ -25,12 +25,7 @@ IDS = [n + ("-" + kw["distance"] if "distance" in kw else "") for n, kw in CASES
 MSE = [c for c in CASES if c[1].get("distance") == "mse"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int = 0) -> torch.Generator:

@@ -27,13 +27,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny problems: one intra-op thread (OpenMP spinning is slow when cores are shared)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int = 0) -> torch.Generator:

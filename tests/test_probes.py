@@ -20,14 +20,7 @@ from geohead.probes import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """These problems are tiny (<= 4000 x 64): a second intra-op thread buys nothing, and when
-    other processes share the 2 cores, OpenMP's spinning threads made them 40x slower."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _gen(seed: int = 0) -> torch.Generator:
