@@ -227,6 +227,8 @@ def _from_checkpoint(ck: Checkpoint, teacher: bool, with_head: bool) -> _Source:
 def _from_module(model: nn.Module, with_head: bool, teacher: bool) -> _Source:
     if teacher:
         raise ExportError("teacher=True selects the EMA teacher of a checkpoint; to export a teacher module, pass it itself")
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    model = getattr(model, "module", model)  # DistributedDataParallel
     backbone = getattr(model, "backbone", model)
     head = getattr(model, "head", None) if backbone is not model else None
     config = getattr(backbone, "geohead_config", None)
@@ -355,6 +357,13 @@ def _save(tensors: dict[str, Tensor], path: Path, metadata: dict[str, str]) -> N
     save_file(tensors, str(path), metadata=metadata)
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+    os.chmod(path, 0o666 & ~_umask())  # the safetensors writer creates files 0600
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _place(tmp: Path, out: Path, overwrite: bool) -> None:
@@ -474,7 +483,7 @@ def export_backbone(
             ))
             (tmp / HEAD_SPEC_NAME).write_text(json.dumps(src.head_spec, indent=2, sort_keys=True) + "\n")
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
-        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it 0700
         _place(tmp, out, overwrite)
     finally:
         if tmp.exists():
