@@ -163,7 +163,7 @@ def plot_hessian_tracking(monitors: list[dict], path: Path) -> Path | None:
     a1.plot(s_min, lmin, marker="o", ms=3, color="C3", label="λ_min(H_eff)")
     a1.axhline(0, color="k", lw=0.8)
     a1.set_yscale("symlog", linthresh=max(1e-6, min([abs(x) for x in lmin + lmax if x != 0] or [1e-6])))
-    a1.set_title("effective Hessian extremes at the batch's features")
+    a1.set_title("H_eff extremes at the training batch's features")
     a2.plot(s_r, ratio, marker="o", ms=3, color="C4")
     a2.set_title("‖M‖_F / ‖H_eff‖_F (the head's own curvature)")
     for a in (a1, a2):
@@ -241,24 +241,28 @@ def plot_density(diag: dict, path: Path, grid_points: int = 600) -> Path | None:
     return _save(fig, path)
 
 
-def plot_guillotine(probes: dict, path: Path, probe: str = "knn") -> Path | None:
+def plot_guillotine(probes: dict, path: Path) -> Path | None:
+    """Backbone vs head test accuracy per target, one panel per probe (kNN, linear, ...)."""
     targets = (probes or {}).get("targets") or {}
     if not targets:
         return None
     names = list(targets)
-    fig, (ax,) = _figure(width=max(6.4, 0.7 * len(names) + 2))
+    kinds = [p for p in (probes.get("probes") or ["knn"]) if all(p in targets[t]["backbone"] for t in names)]
+    fig, axes = _figure(len(kinds), width=max(6.4, 0.6 * len(names) + 2), height=4.2)
     w = 0.38
-    for j, space in enumerate(("backbone", "head")):
-        vals = [_num(targets[t][space].get(probe)) for t in names]
-        ax.bar([i + (j - 0.5) * w for i in range(len(names))], vals, width=w, label=space, color=("C0", "C3")[j])
-    ax.scatter(range(len(names)), [_num(targets[t].get("chance")) for t in names], marker="_", s=300, color="k",
-               label="chance", zorder=3)
-    ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
-    ax.set_ylim(0, 1)
-    ax.set_ylabel(f"{probe} probe test accuracy")
-    ax.set_title("guillotine: what the backbone keeps and the head destroys")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3, axis="y")
+    for ax, probe in zip(axes, kinds):
+        for j, space in enumerate(("backbone", "head")):
+            vals = [_num(targets[t][space].get(probe)) for t in names]
+            ax.bar([i + (j - 0.5) * w for i in range(len(names))], vals, width=w, label=space, color=("C0", "C3")[j])
+        ax.scatter(range(len(names)), [_num(targets[t].get("chance")) for t in names], marker="_", s=300, color="k",
+                   label="chance", zorder=3)
+        ax.set_xticks(range(len(names)), names, rotation=35, ha="right")
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("test accuracy")
+        ax.set_title(f"{probe} probe")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("guillotine: what the backbone keeps and the head destroys")
     return _save(fig, path)
 
 
