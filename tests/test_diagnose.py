@@ -14,7 +14,7 @@ from geohead.cli import main
 from geohead.diagnose import fmt
 from tiny_runs import tiny_run
 
-FAST = ["--mode", "fast", "--n-test", "48", "--n-train", "64", "--orbit-images", "6", "--hessian-samples", "12",
+FAST = ["--mode", "fast", "--n-test", "48", "--n-train", "64", "--orbit-images", "4", "--hessian-samples", "8",
         "--collapse-batch", "6", "--no-linear", "--seed", "3"]
 
 
@@ -63,7 +63,7 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
     out["escape"] = escape_curvature(model.head, objective, predictor=model.predictor, teacher=teacher.head, batch_size=6,
                                      kind="complete", mode="fast", generator=torch.Generator().manual_seed(seed)).to_dict()
     test = load_dataset("shapes", train=False, n=48, img_size=32, seed=0)
-    views = make_view_fn("byol", 32, mean, std)(test.images[:12], torch.Generator().manual_seed(seed))
+    views = make_view_fn("byol", 32, mean, std)(test.images[:8], torch.Generator().manual_seed(seed))
     with torch.no_grad():
         z1, z2 = (model.backbone(v.contiguous(memory_format=torch.channels_last)) for v in views[:2])
     eh = EffectiveHessian(model.head, objective, z1, z2, predictor=model.predictor, teacher=teacher.head, bn_mode="eval",
@@ -80,8 +80,8 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
 
     out["orbits"] = {}
     for name, fam in ORBIT_FAMILIES.items():
-        rep = orbit_invariance(encode, model.head, test.images[:6].float() / 255, fam.fn, fam.params,
-                               labels=test.labels[:6], generator=torch.Generator().manual_seed(seed))
+        rep = orbit_invariance(encode, model.head, test.images[:4].float() / 255, fam.fn, fam.params,
+                               labels=test.labels[:4], generator=torch.Generator().manual_seed(seed))
         out["orbits"][name] = {**rep.to_dict(), "description": fam.description}
     fb, fh = extract(model.backbone, model.head, test.images, mean, std, channels_last=True)
     out["collapse"] = {"backbone": collapse_monitors(fb).to_dict(), "head": collapse_monitors(fh).to_dict()}
