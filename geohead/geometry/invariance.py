@@ -326,11 +326,18 @@ class TangentInvariance:
         invariance: mean over tangents of (‖J_h v‖²/‖v‖²) / (‖J_h‖_F²/d): 1 = the head treats
             tangents like any direction, → 0 = the head is invariant along them.
         killed_fraction: fraction of tangents with ‖J_h v‖ < rtol·‖v‖·sqrt(‖J_h‖_F²/d).
-        rank_backbone: numerical rank of [v_1 … v_m] (σ > rtol·σ_max).
-        rank_head: numerical rank of [J_h v_1 … J_h v_m], with the threshold
-            rtol·σ_max([v])·sqrt(mean ‖J_h‖_F²/d) (what an average direction would keep).
-        fisher_rank_loss: rank_backbone − rank_head (Thm 5.3); it includes directions lost
-            because the head is narrower than the tangents' rank (rank_head ≤ k).
+        rank_backbone: numerical rank r of [v_1 … v_m] (σ > rtol·σ_max): the dimension of the
+            tangent span T (orthonormal basis Q, d × r).
+        rank_head: numerical rank of the head's Fisher information on T, the r × r matrix
+            F_T = mean_m Qᵀ J_h(z_m)ᵀ J_h(z_m) Q (the pullback metric averaged over the base
+            points, restricted to T): eigenvalues above rtol²·mean(‖J_h‖_F²/d), i.e. tangent
+            directions whose average gain is not below rtol² of a random direction's. By
+            construction rank_head ≤ rank_backbone. (The rank of the pooled [J_h(z_m) v_m] is not
+            used: with a different Jacobian at every point it can exceed rank_backbone.)
+        fisher_rank_loss: rank_backbone − rank_head ≥ 0 (Thm 5.3): tangent directions the head's
+            outputs carry no information about, on average over the data. (F_T is an average of
+            per-point matrices of rank ≤ k, so a head narrower than r can still keep r directions
+            when its Jacobian varies from point to point.)
         n_tangents, rtol, jacobian_exact (‖J_h‖_F² exact or by Hutchinson with n probes).
     """
 
@@ -397,11 +404,14 @@ def tangent_invariance(
     inv = gain_t / gain_j[ok].clamp_min(1e-300)
     rms_gain = math.sqrt(float(gain_j.mean()))
     killed = (gain_t.sqrt() < rtol * gain_j[ok].sqrt()).to(torch.float64)
-    sv_b = torch.linalg.svdvals(v64)
-    sv_h = torch.linalg.svdvals(jv64)
+    _, sv_b, wh = torch.linalg.svd(v64, full_matrices=False)
     smax = float(sv_b.max()) if sv_b.numel() else 0.0
     rank_b = int((sv_b > rtol * smax).sum()) if smax > 0 else 0
-    rank_h = int((sv_h > rtol * smax * rms_gain).sum()) if smax > 0 else 0
+    rank_h = 0
+    if rank_b > 0:
+        fisher = tangent_fisher(h, z, wh[:rank_b].T.to(dtype))
+        evals = torch.linalg.eigvalsh(fisher)
+        rank_h = int((evals > rtol**2 * rms_gain**2).sum())
     return TangentInvariance(
         tangent_gain=float(gain_t.mean()) if gain_t.numel() else float("nan"),
         jacobian_gain=float(gain_j.mean()),
@@ -414,6 +424,19 @@ def tangent_invariance(
         rtol=rtol,
         jacobian_exact=bool(exact),
     )
+
+
+def tangent_fisher(h, z: Tensor, q: Tensor, chunk: int = 64) -> Tensor:
+    """F_T = mean_m Qᵀ J_h(z_m)ᵀ J_h(z_m) Q, float64 (r, r), for base points z (M, d) and an
+    orthonormal tangent basis q (d, r); forward-mode products, ``chunk`` points at a time."""
+    m, r = z.shape[0], q.shape[1]
+    fisher = torch.zeros(r, r, dtype=torch.float64, device=z.device)
+    for i in range(0, m, chunk):
+        zc = z[i:i + chunk]
+        cols = [torch.func.jvp(h, (zc,), (q[:, j].expand_as(zc),))[1].to(torch.float64) for j in range(r)]
+        jq = torch.stack(cols, dim=-1)  # (mc, k, r)
+        fisher += torch.einsum("mkr,mks->rs", jq, jq)
+    return fisher / m
 
 
 # ---------------------------------------------------------------------- report
