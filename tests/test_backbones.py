@@ -17,6 +17,8 @@ from geohead.backbones import (
     rebuild_backbone,
 )
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 def _shapes(m: nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in m.state_dict().items()}

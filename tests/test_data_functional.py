@@ -7,6 +7,8 @@ import torchvision.transforms.functional as TF
 
 from geohead.data import functional as Fn
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 @pytest.fixture()
 def x() -> torch.Tensor:

@@ -9,6 +9,8 @@ import torch
 
 from geohead.data import ImageData, channel_stats, load_dataset
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 
 

@@ -17,6 +17,8 @@ from geohead.data.shapes import (
     render_shapes,
 )
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 
 def _circ_mean(h: torch.Tensor, dim: int = -1) -> torch.Tensor:
     a = 2 * math.pi * h

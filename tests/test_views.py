@@ -17,6 +17,8 @@ from geohead.data.views import (
     sample_crop_boxes,
 )
 
+pytestmark = pytest.mark.usefixtures("single_thread")
+
 MEAN = torch.tensor(CIFAR10_MEAN).view(1, 3, 1, 1)
 STD = torch.tensor(CIFAR10_STD).view(1, 3, 1, 1)
 

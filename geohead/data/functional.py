@@ -98,8 +98,9 @@ def adjust_hue(x: Tensor, delta: Param) -> Tensor:
     """Rotate the hue of ``x`` by ``delta`` turns (torchvision's ``adjust_hue``; 0.5 = opposite).
 
     Same result as ``hsv_to_rgb`` of the shifted ``rgb_to_hsv``, computed without building the
-    HSV image: a hue shift keeps each pixel's max (V) and chroma, so with h in sextants,
-    ``c_n = max - chroma · clamp(min(k, 4 - k), 0, 1)``, ``k = (n + h + 6δ) mod 6``.
+    HSV image: a hue shift keeps each pixel's max (V) and chroma, so with the hue h in sextants,
+    ``c_n = max - chroma · clamp(min(k, 4 - k), 0, 1)``, ``k = (n + h + 6δ) mod 6``, n = 5, 3, 1.
+    (Measured: twice as fast as a gather-based variant; in-place ops would break autograd.)
     """
     r, g, b = x.unbind(dim=1)
     maxc = torch.maximum(torch.maximum(r, g), b)

@@ -239,9 +239,11 @@ def make_shapes(
         name: stored as ``ImageData.name``.
 
     Returns:
-        :class:`ImageData` with uint8 images (n, 3, img_size, img_size), labels, class names and
-        ``factors`` = every factor in :data:`FACTOR_NAMES` as float32 (n,) plus ``"label"``-free
-        kinds in ``factor_kinds`` (hue, bg_hue and rotation are circular).
+        :class:`ImageData` with uint8 images (n, 3, img_size, img_size), int64 labels, class names,
+        ``factors`` = every factor in :data:`FACTOR_NAMES` as float32 (n,), ``factor_kinds``
+        (hue, bg_hue and rotation "circular", the rest "continuous") and ``factor_periods``
+        (1 turn for the hues, 360 degrees for rotation; see :data:`SYMMETRY_ORDER` for the
+        rotation each class can actually show).
     """
     if int(n) != n or n < 0:
         raise ValueError(f"n must be a non-negative integer, got {n!r}")
