@@ -35,20 +35,3 @@ def one_thread():
     yield
     torch.set_num_threads(old)
 
-
-@pytest.fixture()
-def single_thread():
-    """Run a test on one intra-op thread (restored afterwards).
-
-    The tests' tensors are small; on the shared 2-core machine two OpenMP threads wait on each
-    other whenever another process holds a core (measured: tests/test_data_shapes.py 7.8 s on 2
-    threads vs 2.4 s on 1 under load). Opt in with ``pytestmark = pytest.mark.usefixtures("single_thread")``.
-    """
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)

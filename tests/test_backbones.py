@@ -17,7 +17,7 @@ from geohead.backbones import (
     rebuild_backbone,
 )
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _shapes(m: nn.Module) -> dict[str, tuple[int, ...]]:

@@ -7,7 +7,7 @@ import torchvision.transforms.functional as TF
 
 from geohead.data import functional as Fn
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture()

@@ -17,7 +17,7 @@ from geohead.data.shapes import (
     render_shapes,
 )
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _circ_mean(h: torch.Tensor, dim: int = -1) -> torch.Tensor:

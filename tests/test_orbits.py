@@ -8,7 +8,7 @@ import torchvision.transforms.functional as TF
 from geohead.data.orbits import ORBIT_FAMILIES, blur, crop_scale, hue_shift, rotate, saturation
 from geohead.data.shapes import make_shapes
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
