@@ -138,7 +138,7 @@ def rot90_split(data, seed: int) -> tuple[Tensor, Tensor]:
 # ---------------------------------------------------------------------- models
 def simclr_config(args: argparse.Namespace, tag: str, head: dict[str, Any], *, epochs: float, batch_size: int = 256,
                   lr: float = 1e-3, backbone: str | None = None, width_cut: int | None = None,
-                  data: dict[str, Any] | None = None):
+                  data: dict[str, Any] | None = None, view_args: dict[str, Any] | None = None):
     """The released code's SimCLR pretraining as a geohead TrainConfig.
 
     Released settings (experiments.py / head_depth_ablations.py): NT-Xent with τ = 0.1, Adam at
@@ -146,7 +146,7 @@ def simclr_config(args: argparse.Namespace, tag: str, head: dict[str, Any], *, e
     geohead's NT-Xent is SimCLR's symmetric loss over 2B − 1 candidates; the released code uses
     the one-directional cross-view form (CE of z1·z2ᵀ/τ), a difference in the constant only.
     ``width_cut`` narrows hidden/out widths (smoke scale only); ``data`` replaces the CIFAR-10
-    DataConfig fields (e.g. the built-in shapes).
+    DataConfig fields (e.g. the built-in shapes), ``view_args`` the released views.
     """
     from geohead.config import config_from_dict
 
@@ -158,7 +158,7 @@ def simclr_config(args: argparse.Namespace, tag: str, head: dict[str, Any], *, e
         "objective": "simclr",
         "objective_args": {"temperature": 0.1},
         "seed": args.seed,
-        "data": {**(data or train_source(args)), "views": "simclr", "view_args": PAPER_SIMCLR_VIEWS},
+        "data": {**(data or train_source(args)), "views": "simclr", "view_args": view_args or PAPER_SIMCLR_VIEWS},
         "backbone": {"name": backbone or ("resnet18_cifar" if args.scale == "paper" else "resnet18_w16")},
         "head": {"preset": "simclr", "spec": spec},
         "optim": {"name": "adamw", "lr": lr * 256 / batch_size, "weight_decay": 0.0, "batch_size": batch_size,
@@ -204,10 +204,14 @@ def encoder(backbone: nn.Module, mean: Sequence[float], std: Sequence[float]):
 
 @torch.no_grad()
 def features(model: nn.Module, images_u8: Tensor, mean, std, batch: int = 500) -> tuple[Tensor, Tensor]:
-    """(backbone, head) features of uint8 images, eval mode."""
+    """(backbone, head) features of uint8 images, eval mode, on the GPU when there is one (results on the CPU)."""
+    import copy
+
     from geohead.features import extract
 
-    return extract(model.backbone, model.head, images_u8, mean, std, "cpu", batch_size=batch)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    m = model if dev == "cpu" else copy.deepcopy(model).to(dev)
+    return extract(m.backbone, m.head, images_u8, mean, std, dev, batch_size=batch)
 
 
 # ---------------------------------------------------------------------- the released code's measurements

@@ -159,7 +159,9 @@ def summarise(res: dict) -> dict:
     rel = sorted(r["lambda_min"] / max(abs(r["lambda_max"]), abs(r["lambda_min"]), 1e-300) for r in rows)
     mh = sorted(r["m_over_h"] for r in rows)
     last = res["rows"][-1]
-    return {"epochs": len(rows), "negative_corrected": neg_c, "negative_paper": neg_p,
+    mech = sum(r["pullback_curvature"] >= 0 > r["head_curvature"] for r in rows)
+    return {"epochs": len(rows), "negative_corrected": neg_c, "negative_paper": neg_p, "head_only": mech,
+            "converged": sum(bool(r["converged"]) for r in rows),
             "median_rel_lambda_min": rel[len(rel) // 2], "median_m_over_h": mh[len(mh) // 2],
             "final": last, "escape_first": res["full"].get(0), "escape_last": res["full"].get(max(res["full"]))}
 
@@ -175,6 +177,9 @@ def table(results: dict, args) -> C.Table:
         paper_neg = f"{p['negative_epochs']}/{p['epochs']}" if p else None
         t.add(f"{name}: epochs with λ_min(H_eff) < 0", paper_neg, f"{s['negative_paper']}/{s['epochs']}",
               f"{s['negative_corrected']}/{s['epochs']}", "corrected: < -1e-6·max|λ|, Lanczos float64")
+        t.add(f"{name}: epochs where only the head's M bends the escape direction down (vᵀGv ≥ 0 > vᵀMv)",
+              "smooth heads only (Thm 4.1)", None, f"{s['head_only']}/{s['epochs']}",
+              f"Lanczos converged (residual ≤ 1e-8·max|λ|) in {s['converged']}/{s['epochs']}; a Ritz value is ≥ λ_min")
         t.add(f"{name}: median λ_min / max|λ|", None, None, s["median_rel_lambda_min"])
         t.add(f"{name}: median ‖M‖_F/‖H_eff‖_F", None, None, s["median_m_over_h"], "0 = the head adds no curvature")
         esc = s["escape_last"] or {}
@@ -184,6 +189,8 @@ def table(results: dict, args) -> C.Table:
             t.add(f"{name}: Thm 4.1 premise (∇²_e L PSD on the sphere, ∇_e L ≠ 0), last epoch", None, None,
                   str(esc.get("premise_holds")))
         f = s["final"]
+        t.add(f"{name}: ‖∇_e L‖ first → last epoch (M ∝ ∇_e L)", None, None,
+              f"{res['rows'][0]['grad_norm']:.2g} → {f['grad_norm']:.2g}")
         t.add(f"{name}: final std of normalised head outputs (healthy {f['healthy_head']:.3f})", None, f["std_head"],
               f["std_head"])
         t.add(f"{name}: final backbone covariance condition number", None, f["cond_paper"], f["cond_within_rank"],
@@ -225,7 +232,10 @@ def plot(results: dict, path: Path, title: str) -> None:
         ax = axes[1, col]
         ax.semilogy(ep, [r["cond_paper"] for r in rows], "g--", label="paper's condition number (λ_min clamped 1e-7)")
         ax.semilogy(ep, [r["cond_within_rank"] for r in rows], "g-", label="within-rank condition number")
-        ax.semilogy(ep, [max(r["m_over_h"], 1e-17) for r in rows], "m-", label="‖M‖_F/‖H_eff‖_F")
+        ax.semilogy(ep, [max(r["m_over_h"], 1e-17) for r in rows], "m-", label="‖M‖_F/‖H_eff‖_F (1e-17 = exactly 0)")
+        if all(r["m_over_h"] == 0 for r in rows):
+            ax.text(0.5, 0.08, "‖M‖ = 0 exactly: the head adds no curvature", transform=ax.transAxes, ha="center",
+                    color="m", fontsize=9)
         ax.set_xlabel("epoch")
         if col == 0:
             ax.legend(fontsize=7)
@@ -237,14 +247,25 @@ def plot(results: dict, path: Path, title: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = C.parser(__doc__, "collapse_escape")
     p.add_argument("--heads", nargs="+", choices=list(HEADS), default=list(HEADS))
+    p.add_argument("--replot", action="store_true", help="redraw the table and figure from <out>/results.json")
     args = C.finish_args(p.parse_args(argv))
     t0 = time.perf_counter()
     results = {}
-    for act in args.heads:
+    if args.replot:
+        import json
+
+        results = json.loads((args.out / "results.json").read_text())["heads"]
+        for res in results.values():
+            res["full"] = {int(k): v for k, v in res["full"].items()}
+    for act in [] if args.replot else args.heads:
         print(f"training SimSiam with a {HEADS[act]} head ...", flush=True)
         results[act] = run_head(args, act)
     t = table(results, args)
     plot(results, args.out / "collapse_escape.png", t.title)
+    if args.replot:  # results.json keeps the measured run (and its wall time)
+        print(t.text())
+        (args.out / "tables.md").write_text(t.markdown() + "\n")
+        return
     C.report(args, [t], {"heads": results, "summary": {a: summarise(r) for a, r in results.items()}}, t0)
 
 

@@ -17,7 +17,9 @@ backbone features of the 10,000 test images (eval mode, no augmentation):
 * corrected: geohead's ``linear_head_geometry``: the condition number of Σ_Z and of W Σ_Z Wᵀ on
   its numerical range (λ_max / λ_r), their RMS deviation from isotropy, the whitening gain
   cond(Σ_Z)/cond(W Σ_Z Wᵀ), and the same for the head at its random initialisation (what
-  training adds).
+  training adds). Because Thm 3.1 is about *one subspace*, also the condition number over the
+  top m eigen-directions, m = the effective rank exp(H(λ/Σλ)) of the trained W Σ_Z Wᵀ, for
+  W Σ_Z Wᵀ and for Σ_Z's own top m.
 
 Scales: ``cpu`` = resnet18_w16 (d = 128), 10,000 training images, 20 epochs (paper's SimCLR runs:
 ResNet-18 d = 512, 50,000 images, 50 epochs); ``paper`` = those (GPU); ``smoke`` = seconds.
@@ -67,6 +69,19 @@ def measure(w: torch.Tensor, z: torch.Tensor) -> dict:
             "isotropy_normalised_e": isotropy(enc.T @ enc).to_dict()["condition"]}
 
 
+def effective_rank(lam: list[float]) -> int:
+    """exp of the Shannon entropy of the normalised eigenvalues (Roy & Vetterli 2007), rounded."""
+    x = torch.tensor(lam, dtype=torch.float64).clamp_min(0)
+    p = x / x.sum()
+    p = p[p > 0]
+    return max(1, round(float(torch.exp(-(p * p.log()).sum()))))
+
+
+def top_condition(lam: list[float], m: int) -> float:
+    """λ_1 / λ_m of a descending spectrum."""
+    return lam[0] / lam[m - 1]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = C.finish_args(C.parser(__doc__, "linear_whitening").parse_args(argv))
     t0 = time.perf_counter()
@@ -98,6 +113,15 @@ def main(argv: list[str] | None = None) -> None:
     t.add("RMS deviation from isotropy on the range, Σ_Z", None, None, gt["features"]["deviation_normalized"])
     t.add("RMS deviation from isotropy on the range, W Σ_Z Wᵀ trained", "0", None, gt["embeddings"]["deviation_normalized"])
     t.add("RMS deviation from isotropy on the range, W Σ_Z Wᵀ init", None, None, gi["embeddings"]["deviation_normalized"])
+    m = effective_rank(trained["spectrum_e_range"])
+    er = {"z": effective_rank(trained["spectrum_z"]), "trained": m, "init": effective_rank(init["spectrum_e_range"])}
+    top = {"z": top_condition(trained["spectrum_z"], m), "trained": top_condition(trained["spectrum_e_range"], m),
+           "init": top_condition(init["spectrum_e_range"], m)}
+    t.add("effective rank exp(H(λ)): Σ_Z | W Σ_Z Wᵀ trained | init", None, None, f"{er['z']} | {m} | {er['init']}")
+    t.add(f"condition over the top m = {m} directions: W Σ_Z Wᵀ trained", "→ 1 (the whitened subspace)", None,
+          top["trained"], f"Σ_Z's top {m}: {top['z']:.3g}; init: {top['init']:.3g}")
+    t.add(f"subspace whitening gain cond_top{m}(Σ_Z)/cond_top{m}(W Σ_Z Wᵀ), trained | init", "> 1", None,
+          f"{top['z'] / top['trained']:.3g} | {top['z'] / top['init']:.3g}")
     t.add("metric WᵀW condition number, trained | init", None, None,
           f"{gt['metric_condition']:.3g} | {gi['metric_condition']:.3g}")
 
@@ -110,10 +134,11 @@ def main(argv: list[str] | None = None) -> None:
         lam = torch.tensor(lam)
         ax.semilogy(range(1, len(lam) + 1), (lam / lam.mean()).tolist(), style, label=f"{label}: cond {lam[0] / lam[-1]:.3g}")
     ax.axhline(1, color="gray", lw=0.8)
+    ax.axvline(m, color="r", ls=":", lw=1, label=f"effective rank of trained W Σ_Z Wᵀ: m = {m}")
+    ax.legend(fontsize=8)
     ax.set_xlabel("eigenvalue index (on the range)")
     ax.set_ylabel("λ_i / mean λ")
     ax.set_title("corrected: spectra on the numerical range")
-    ax.legend(fontsize=8)
     ax = axes[1]
     lam = torch.tensor(trained["spectrum_e_normalised_float32"]).abs().clamp_min(1e-30)
     ax.semilogy(range(1, len(lam) + 1), lam.tolist(), "r-", label="cov of normalised head outputs (float32), trained")
@@ -126,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     fig.suptitle(t.title, fontweight="bold", fontsize=9)
     fig.tight_layout()
     C.figure(args.out / "linear_whitening.png", fig)
-    C.report(args, [t], {"trained": trained, "init": init, "run": str(run), "train_s": round(train_s, 1)}, t0)
+    C.report(args, [t], {"trained": trained, "init": init, "effective_rank": er, "top_condition": top, "m": m,
+                         "run": str(run), "train_s": round(train_s, 1)}, t0)
 
 
 if __name__ == "__main__":

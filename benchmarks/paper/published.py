@@ -87,7 +87,7 @@ def load_npz(data: bytes) -> dict:
 
 def orbit_numbers(zs: np.ndarray, hs: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> dict:
     """The released orbit metrics (paper's formula) and geohead's relative compression on the arrays."""
-    from geohead.geometry.invariance import compression, space_geometry
+    from geohead.geometry.invariance import compression, space_geometry, total_spread
 
     n = len(np.unique(ids))
     order = np.argsort(ids, kind="stable")
@@ -96,7 +96,7 @@ def orbit_numbers(zs: np.ndarray, hs: np.ndarray, ids: np.ndarray, labels: np.nd
     lab = torch.from_numpy(labels[order].reshape(n, -1)[:, 0])
     pz, ph = C.paper_orbit_metrics(z, lab), C.paper_orbit_metrics(h, lab)
     comp = compression(space_geometry(z, lab), space_geometry(h, lab))
-    return {"paper_z": pz, "paper_h": ph, "compression": comp,
+    return {"paper_z": pz, "paper_h": ph, "compression": comp, "total_z": total_spread(z), "total_h": total_spread(h),
             "d_intra_norm": (pz["d_intra"] / pz["d_all"]) / (ph["d_intra"] / ph["d_all"]),
             "d_inter_norm": (pz["d_inter"] / pz["d_all"]) / (ph["d_inter"] / ph["d_all"])}
 
@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> None:
         r = orbit_numbers(d["orbits_z"], d["orbits_h"], d["orbit_ids"], d["orbit_labels"])
         results[arch] = r
         pz, ph, comp = r["paper_z"], r["paper_h"], r["compression"]
+        t1.add(f"{arch}: total spread of all views, backbone → head", None,
+               f"{r['total_z']:.3g} → {r['total_h']:.3g} (÷{r['total_z'] / r['total_h']:.3g})", None,
+               "the head space shrinks as a whole")
         t1.add(f"{arch}: orbit compression (×)", pub["compression"], comp["paper_l2"], comp["relative"],
                "corrected: relative (orbit/total spread); arrays hold head(normalize(z))")
         if "d_intra" in pub:
