@@ -1,0 +1,30 @@
+"""``geohead search``: Optuna designs a projection head from the theory's label-free criteria.
+
+For the user's objective, backbone and data, each trial samples a head (depth, widths scaled to
+the backbone's d, activation, norms, whitening init), screens it at init in seconds (escape
+curvature at collapse, H_eff conditioning, Jacobian rank on augmentation tangents), trains it
+briefly with the real pipeline, and scores it by label-free criteria (backbone RankMe, uniformity,
+orbit compression, H_eff conditioning); where the data has labels, backbone kNN accuracy is
+recorded as the ground truth, and the Spearman correlation between the label-free score and kNN
+accuracy across trials is the evidence that the geometry predicts quality.
+
+Modules: :mod:`~geohead.search.space` (the space, ``--fix``/``--range``),
+:mod:`~geohead.search.criteria` (screen, trained criteria, score), :mod:`~geohead.search.storage`
+(storages, heartbeats, retries), :mod:`~geohead.search.runner` (settings, trials, workers),
+:mod:`~geohead.search.outputs` (trials.csv, best_head.json, search.json, plots, table).
+
+``from geohead.search import run_search, SearchConfig, write_search_plots``; optuna, scipy and
+matplotlib load only when a search runs or plots are drawn.
+"""
+from __future__ import annotations
+
+from geohead.search.criteria import SCORE_CRITERIA, TrialDiverged, geometric_score, score_components
+from geohead.search.outputs import PLOTS, write_search_plots
+from geohead.search.runner import SearchConfig, SearchError, SearchResult, run_search
+from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
+
+__all__ = [
+    "DIMENSIONS", "PLOTS", "SCORE_CRITERIA", "SearchConfig", "SearchError", "SearchResult", "SearchSpace",
+    "SpaceError", "TrialDiverged", "geometric_score", "parse_constraints", "run_search", "score_components",
+    "write_search_plots",
+]

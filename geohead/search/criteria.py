@@ -1,0 +1,336 @@
+"""The search's measurements: the screen of a head at init, the criteria of a trained run, the score.
+
+Screen (no training; :func:`screen`): on a batch of real backbone features of two views (the
+backbone at its initial weights, BatchNorm statistics calibrated on those views), the candidate
+head at init (BatchNorm calibrated the same way, whitening applied when the spec asks for it):
+
+* escape curvature at the objective's collapsed state (Thm 4.1; :func:`escape_curvature` in its
+  fast screening mode), the collapsed state drawn around the *real* feature mean with a spread of
+  1e-2 of the real per-dimension std: ``screen_escape_lambda_min`` (λ_min of H_eff there),
+  ``screen_escape_negative`` (negative Ritz values found), ``screen_head_escape`` (the head's own
+  share of the negative curvature along the escape direction, ``head_negative_curvature``: 0 for
+  linear/ReLU heads) and ``screen_m_over_h`` (‖M‖_F/‖H_eff‖_F);
+* conditioning of H_eff at the real features (:func:`spectrum_summary`, fast):
+  ``screen_heff_condition`` (within-rank condition number), ``screen_heff_lambda_min/max``;
+  isotropy of the head's outputs: ``screen_output_condition`` (within-rank condition number of
+  their covariance) and ``screen_output_rank`` (its numerical rank / k);
+* Jacobian rank on augmentation tangents (central differences of backbone features along each
+  orbit family): ``screen_fisher_rank_loss`` (directions the head destroys, summed over the
+  families) and ``screen_tangent_invariance`` (mean gain of tangents relative to a random
+  direction; < 1: the head already squeezes augmentation directions).
+
+Trained criteria (:func:`trained_criteria`), on frozen features of held-out images in eval mode:
+backbone RankMe (``rankme_backbone``, and divided by d), std of normalised backbone/head
+features relative to the healthy 1/√width, within-rank condition number of the backbone
+features, orbit compression through the head (width- and scale-invariant ``relative`` formula,
+geometric mean over the families) with tangent invariance and Fisher-rank loss, H_eff at the
+trained features of two views (within-rank condition number, λ_min, ‖M‖/‖H‖), and, where the
+data has labels, kNN accuracy of backbone and head features (the ground truth, never in the
+default score).
+
+The label-free score (:func:`geometric_score`) is the mean of four criteria, each mapped to
+[0, 1] by a fixed transform (fixed, so a trial's score never depends on the other trials):
+
+    rankme        RankMe(backbone) / d                       effective rank of the features
+    uniformity    min(1, std(normalised backbone) · √d)      spread over the sphere (1 = healthy)
+    compression   c / (1 + c),  c = orbit compression         the head, not the backbone, absorbs
+                                                              the augmentations (guillotine)
+    conditioning  1 / (1 + log10 κ),  κ = H_eff condition     well-conditioned loss geometry
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from geohead.heads import GeometricHead, HeadSpec
+
+#: Orbit families measured by default: the augmentations the standard recipes apply.
+DEFAULT_FAMILIES: tuple[str, ...] = ("crop", "hue", "saturation")
+#: The four label-free criteria of the default score, with their [0, 1] transforms.
+SCORE_CRITERIA: tuple[str, ...] = ("rankme", "uniformity", "compression", "conditioning")
+
+
+class TrialDiverged(RuntimeError):
+    """A trial produced NaN/inf (loss or criteria): Optuna records it as FAIL and the study goes on."""
+
+
+# ---------------------------------------------------------------------- helpers
+@torch.no_grad()
+def calibrate_batchnorm(module: nn.Module, batches: Sequence[Tensor]) -> nn.Module:
+    """Set every BatchNorm's running statistics to the exact mean/variance of ``batches``
+    (cumulative average, momentum None), then put the module in eval mode. Returns ``module``."""
+    bns = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    saved = [m.momentum for m in bns]
+    for m in bns:
+        m.reset_running_stats()
+        m.momentum = None
+    module.train()
+    if bns:
+        for x in batches:
+            module(x)
+    for m, mom in zip(bns, saved):
+        m.momentum = mom
+    return module.eval()
+
+
+def _finite(d: dict[str, Any], stage: str) -> dict[str, Any]:
+    bad = [k for k, v in d.items() if isinstance(v, float) and not math.isfinite(v) and not k.endswith("condition")]
+    if bad:
+        raise TrialDiverged(f"{stage}: non-finite {', '.join(bad)}")
+    return d
+
+
+def _float(x: Any) -> float:
+    return float("nan") if x is None else float(x)
+
+
+# ---------------------------------------------------------------------- screen
+@dataclasses.dataclass
+class ScreenInputs:
+    """What the screen needs, computed once per worker from the initial backbone.
+
+    Attributes:
+        objective: the SSL objective (loss and collapsed state).
+        z1, z2: backbone features (B, d) of two views of one batch (float32, eval-mode BN).
+        collapsed: (z1, z2) of the collapsed state around the real feature mean, (Bc, d) each.
+        tangents: orbit family -> (base points (M, d), tangents (M, d)) in backbone space.
+        predictor_spec: callable output_dim -> predictor HeadSpec or None (BYOL, SimSiam).
+        seed: seed of head init and of every random probe.
+    """
+
+    objective: nn.Module
+    z1: Tensor
+    z2: Tensor
+    collapsed: tuple[Tensor, Tensor]
+    tangents: dict[str, tuple[Tensor, Tensor]]
+    predictor_spec: Callable[[int], HeadSpec | None]
+    seed: int = 0
+    spread: float = 1e-2
+
+
+def build_head(spec: HeadSpec, features: Tensor, seed: int, predictor_spec: HeadSpec | None = None):
+    """The candidate (and predictor) at init: seeded, whitened when asked, BN calibrated on ``features``."""
+    torch.manual_seed(seed)
+    head = GeometricHead.from_spec(spec)
+    if spec.whiten is not None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # rank warnings: the screen batch may be narrower than d
+            head.whiten_(features, mode=spec.whiten)
+    calibrate_batchnorm(head, [features])
+    predictor = None
+    if predictor_spec is not None:
+        predictor = GeometricHead.from_spec(predictor_spec)
+        with torch.no_grad():
+            calibrate_batchnorm(predictor, [head(features)])
+    return head, predictor
+
+
+def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
+    """Screen criteria of ``spec`` at init (see the module docstring); ~1 s on 2 CPU cores for
+    d = 512, B = 256 (``benchmarks/search_screen.py``). Raises :class:`TrialDiverged` on NaN/inf."""
+    from geohead.geometry import EffectiveHessian, escape_curvature, spectrum_summary, within_rank_condition
+    from geohead.geometry.invariance import tangent_invariance
+    from geohead.objectives import CollapsedState
+
+    t0 = time.perf_counter()
+    obj = inputs.objective
+    head, predictor = build_head(spec, inputs.z1, inputs.seed, inputs.predictor_spec(spec.output_dim))
+    out: dict[str, float] = {}
+    g = torch.Generator().manual_seed(inputs.seed)
+    c1, c2 = inputs.collapsed
+    state = CollapsedState(c1, c2, "complete", 0, inputs.spread)
+    try:
+        esc = escape_curvature(head, obj, predictor=predictor, state=state, mode="fast", dtype=torch.float32,
+                               pullback=False, objective_spectrum=False, m_over_h=True, generator=g)
+        out.update(screen_escape_lambda_min=esc.lambda_min_H, screen_escape_negative=float(esc.num_negative_H),
+                   screen_head_escape=esc.head_negative_curvature, screen_m_over_h=_float(esc.m_over_h))
+        eh = EffectiveHessian(head, obj, inputs.z1, inputs.z2, predictor=predictor, dtype=torch.float32)
+        s = spectrum_summary(eh, mode="fast", generator=g)
+        out.update(screen_heff_lambda_min=s.lambda_min, screen_heff_lambda_max=s.lambda_max,
+                   screen_heff_condition=s.condition_within_rank, screen_heff_m_over_h=_float(s.m_over_h))
+        with torch.no_grad():
+            e = head(inputs.z1)
+        wr = within_rank_condition(e)
+        out.update(screen_output_condition=wr.condition, screen_output_rank=wr.rank / wr.dim)
+        inv, lost = [], 0
+        for _, (z, v) in inputs.tangents.items():
+            ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
+            inv.append(ti.invariance)
+            lost += ti.fisher_rank_loss
+        if inv:
+            out.update(screen_tangent_invariance=sum(inv) / len(inv), screen_fisher_rank_loss=float(lost))
+    except ValueError as exc:  # the geometry code refuses non-finite inputs/outputs with ValueError
+        if "finite" in str(exc):
+            raise TrialDiverged(f"screen: {exc}") from None
+        raise
+    out["screen_seconds"] = time.perf_counter() - t0
+    return _finite(out, "screen")
+
+
+def screen_verdict(crit: dict[str, float], max_condition: float) -> str | None:
+    """Why a candidate is pruned before training, or None: it cannot escape collapse (no negative
+    curvature of H_eff at the collapsed state) *and* its H_eff at real features is badly
+    conditioned (within-rank condition number above ``max_condition``, or undefined)."""
+    stuck = crit.get("screen_escape_negative", 1.0) == 0
+    cond = crit.get("screen_heff_condition", float("nan"))
+    bad = not math.isfinite(cond) or cond > max_condition
+    if stuck and bad:
+        return (f"screen: no negative curvature at collapse and H_eff condition {cond:.3g} > {max_condition:.3g}")
+    return None
+
+
+# ---------------------------------------------------------------------- trained criteria
+@dataclasses.dataclass
+class EvalInputs:
+    """Held-out images for the trained criteria (shared by all trials of a worker).
+
+    Attributes:
+        train_images, train_labels: probe train split, uint8 (N, 3, H, W) and (N,) (labels may be None).
+        test_images, test_labels: probe test split.
+        orbit_images: float [0, 1] (No, 3, H, W) for the orbits (compression).
+        tangent_images: the first this many orbits give the tangents (tangent invariance, Fisher rank).
+        view_batch: two normalised views (B, 3, H, W) of one batch, for H_eff at trained features.
+        mean, std: normalisation of the training set.
+        families: orbit families (names in ``geohead.data.ORBIT_FAMILIES``).
+        knn_k, knn_t: kNN probe settings.
+    """
+
+    train_images: Tensor
+    train_labels: Tensor | None
+    test_images: Tensor
+    test_labels: Tensor | None
+    orbit_images: Tensor
+    view_batch: tuple[Tensor, Tensor]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    families: tuple[str, ...] = DEFAULT_FAMILIES
+    knn_k: int = 20
+    knn_t: float = 0.07
+    seed: int = 0
+    tangent_images: int = 8
+
+
+def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module, inputs: EvalInputs,
+                     predictor: nn.Module | None = None, teacher_head: nn.Module | None = None,
+                     device: torch.device | str = "cpu") -> dict[str, float]:
+    """Criteria of a trained (backbone, head) pair (see the module docstring); modes are restored."""
+    from geohead.data import ORBIT_FAMILIES
+    from geohead.features import extract
+    from geohead.geometry import EffectiveHessian, normalized_std, rankme, spectrum_summary, within_rank_condition
+    from geohead.geometry.invariance import (
+        Orbits, build_orbits, compression, orbit_tangents, space_geometry, tangent_invariance,
+    )
+    from geohead.probes import knn_accuracy
+
+    modes = [(m, m.training) for m in (backbone, head, predictor, teacher_head) if m is not None]
+    t0 = time.perf_counter()
+    out: dict[str, float] = {}
+    try:
+        cl = bool(getattr(backbone, "geohead_config", {}).get("channels_last"))
+        fb_tr, fh_tr = extract(backbone, head, inputs.train_images, inputs.mean, inputs.std, device, channels_last=cl)
+        fb_te, fh_te = extract(backbone, head, inputs.test_images, inputs.mean, inputs.std, device, channels_last=cl)
+        if not (torch.isfinite(fb_tr).all() and torch.isfinite(fh_tr).all()):
+            raise TrialDiverged("trained features are not finite")
+        d, k = fb_tr.shape[1], fh_tr.shape[1]
+        out["rankme_backbone"] = rankme(fb_tr)
+        out["rankme_backbone_frac"] = out["rankme_backbone"] / d
+        out["rankme_head_frac"] = rankme(fh_tr) / k
+        out["std_backbone"] = normalized_std(fb_tr) * math.sqrt(d)
+        out["std_head"] = normalized_std(fh_tr) * math.sqrt(k)
+        out["condition_backbone"] = within_rank_condition(fb_tr).condition
+
+        # orbits through the trained backbone (eval) and head
+        backbone.eval()
+        head.eval()
+
+        def encode(x01: Tensor) -> Tensor:
+            x = _normalise(x01, inputs)
+            if cl:
+                x = x.contiguous(memory_format=torch.channels_last)
+            return backbone(x.to(device)).float().cpu()
+
+        comps, invs, lost = [], [], 0
+        nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
+        for name in inputs.families:
+            fam = ORBIT_FAMILIES[name]
+            orb = build_orbits(encode, head, inputs.orbit_images, fam.fn, fam.params)
+            c = compression(space_geometry(orb.backbone), space_geometry(orb.head))["relative"]
+            out[f"compression_{name}"] = c
+            comps.append(c)
+            # tangents of the first few orbits only: the Fisher rank costs one forward-mode
+            # product per tangent direction (up to d)
+            z, v = orbit_tangents(Orbits(orb.params, orb.backbone[:nt], orb.head[:nt]))
+            ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
+            invs.append(ti.invariance)
+            lost += ti.fisher_rank_loss
+        if comps:
+            out["compression"] = math.exp(sum(math.log(max(c, 1e-12)) for c in comps) / len(comps))
+        if invs:
+            out["tangent_invariance"] = sum(invs) / len(invs)
+            out["fisher_rank_loss"] = float(lost)
+
+        # H_eff at the trained features of two views
+        with torch.no_grad():
+            v1, v2 = (v.to(device) for v in inputs.view_batch)
+            if cl:
+                v1, v2 = (v.contiguous(memory_format=torch.channels_last) for v in (v1, v2))
+            z1, z2 = backbone(v1).float(), backbone(v2).float()
+        eh = EffectiveHessian(head, objective, z1, z2, predictor=predictor, teacher=teacher_head, dtype=torch.float32)
+        s = spectrum_summary(eh, mode="fast", generator=torch.Generator().manual_seed(inputs.seed))
+        out.update(heff_condition=s.condition_within_rank, heff_lambda_min=s.lambda_min,
+                   heff_lambda_max=s.lambda_max, heff_m_over_h=_float(s.m_over_h))
+
+        if inputs.train_labels is not None and inputs.test_labels is not None:
+            out["knn_backbone"] = knn_accuracy(fb_tr, inputs.train_labels, fb_te, inputs.test_labels,
+                                               k=inputs.knn_k, temperature=inputs.knn_t)
+            out["knn_head"] = knn_accuracy(fh_tr, inputs.train_labels, fh_te, inputs.test_labels,
+                                           k=inputs.knn_k, temperature=inputs.knn_t)
+    except ValueError as exc:
+        if "finite" in str(exc):
+            raise TrialDiverged(f"criteria: {exc}") from None
+        raise
+    finally:
+        for m, mode in modes:
+            m.train(mode)
+    out["eval_seconds"] = time.perf_counter() - t0
+    return _finite(out, "criteria")
+
+
+def _normalise(x01: Tensor, inputs: EvalInputs) -> Tensor:
+    m = torch.tensor(inputs.mean, dtype=x01.dtype).view(1, -1, 1, 1)
+    s = torch.tensor(inputs.std, dtype=x01.dtype).view(1, -1, 1, 1)
+    return (x01 - m) / s
+
+
+# ---------------------------------------------------------------------- score
+def score_components(crit: dict[str, float]) -> dict[str, float]:
+    """The four label-free criteria of the default score, each mapped to [0, 1] (larger = better)."""
+    comp = crit.get("compression", float("nan"))
+    cond = crit.get("heff_condition", float("nan"))
+    return {
+        "rankme": min(1.0, max(0.0, crit.get("rankme_backbone_frac", float("nan")))),
+        "uniformity": min(1.0, max(0.0, crit.get("std_backbone", float("nan")))),
+        "compression": comp / (1.0 + comp) if math.isfinite(comp) and comp >= 0 else 0.0,
+        "conditioning": 1.0 / (1.0 + math.log10(max(cond, 1.0))) if math.isfinite(cond) else 0.0,
+    }
+
+
+def geometric_score(crit: dict[str, float], weights: dict[str, float] | None = None) -> float:
+    """The label-free score: weighted mean of :func:`score_components` (equal weights by default)."""
+    comps = score_components(crit)
+    w = weights or {k: 1.0 for k in SCORE_CRITERIA}
+    total = sum(w.values())
+    return sum(w[k] * comps[k] for k in w) / total
+
+
+__all__ = [
+    "DEFAULT_FAMILIES", "EvalInputs", "SCORE_CRITERIA", "ScreenInputs", "TrialDiverged", "build_head",
+    "calibrate_batchnorm", "geometric_score", "score_components", "screen", "screen_verdict", "trained_criteria",
+]
