@@ -33,6 +33,10 @@ from geohead.commands.report import report  # noqa: E402
 
 main.add_command(report)
 
+from geohead.commands.search import search  # noqa: E402
+
+main.add_command(search)
+
 
 if __name__ == "__main__":  # pragma: no cover
     main()
