@@ -1,0 +1,148 @@
+"""geohead search end to end on tiny settings: outputs, resume, divergence, a killed worker."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from geohead.heads import GeometricHead, HeadSpec
+from geohead.search import SearchConfig, run_search
+from geohead.search.outputs import read_trials_csv
+from geohead.search.space import DIMENSIONS
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
+#: A search that takes ~2 s per trial on one CPU thread.
+TINY = dict(n_train=256, batch_size=64, steps=2, probe_train=128, probe_test=64, orbit_images=8, families=("hue",),
+            screen_batch=64, timeout=None, progress=False, heartbeat=2)
+
+
+def tiny(out: Path, **kw) -> SearchConfig:
+    return SearchConfig(out=str(out), **{**TINY, **kw})
+
+
+def load(out: Path, name: str = "barlow-shapes-default"):
+    import optuna
+
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{out / 'study.db'}")
+
+
+def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
+    out = tmp_path / "search"
+    res = run_search(tiny(out, trials=3))
+    for name in ("best_head.json", "trials.csv", "search.json", "table.txt", "study.db",
+                 "criteria_vs_knn.png", "pareto_front.png", "param_importances.png"):
+        assert (out / name).is_file(), name
+    rows = read_trials_csv(out / "trials.csv")
+    assert [r["number"] for r in rows] == [0, 1, 2]
+    assert all(r["state"] in ("COMPLETE", "PRUNED") for r in rows)
+    done = [r for r in rows if r["state"] == "COMPLETE"]
+    assert done, rows
+    for r in done:
+        for col in (*DIMENSIONS, "score", "knn_backbone", "knn_head", "rankme_backbone", "compression", "heff_condition",
+                    "screen_escape_lambda_min", "screen_heff_condition", "screen_fisher_rank_loss", "seed", "worker"):
+            assert r.get(col) is not None, col
+        assert r["seed"] == 0 and 0.0 <= r["knn_backbone"] <= 1.0 and r["value"] == pytest.approx(r["score"])
+    # best_head.json is the best trial's spec and builds a head; geohead train --head reads it
+    summary = json.loads((out / "search.json").read_text())
+    best = max(done, key=lambda r: r["score"])
+    assert summary["best"]["number"] == best["number"]
+    spec = HeadSpec.load(out / "best_head.json")
+    assert spec.depth == best["depth"] and spec.out_dim == best["out_dim"] and spec.in_dim == 128
+    head = GeometricHead.from_spec(out / "best_head.json")
+    assert head(torch.randn(4, 128)).shape[1] == spec.output_dim
+    from geohead.config import load_recipe
+
+    cfg = load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{out / "best_head.json"}"'])
+    assert cfg.head.resolve("barlow", 128) == spec
+    assert summary["plots"] == ["criteria_vs_knn.png", "pareto_front.png", "param_importances.png"]
+    assert summary["spearman"]["n"] == len(done) and set(summary["trials"]) >= {"complete", "pruned", "failed"}
+    assert "Spearman" in res.table and "top heads" in res.table
+
+    # the same command again: the study already holds 3 finished trials, nothing runs
+    before = load(out).trials
+    run_search(tiny(out, trials=3))
+    after = load(out).trials
+    assert [(t.number, t.datetime_start, t.state) for t in after] == [(t.number, t.datetime_start, t.state) for t in before]
+    # a larger target runs only the missing trial; the finished ones are not repeated
+    run_search(tiny(out, trials=4))
+    again = load(out).trials
+    assert len(again) == 4 and [t.datetime_start for t in again[:3]] == [t.datetime_start for t in before]
+    assert len(read_trials_csv(out / "trials.csv")) == 4
+
+    # other settings cannot silently join the study
+    from geohead.search import SearchError
+
+    with pytest.raises(SearchError, match=r"made with other settings \(steps: stored 2 vs now 3\)"):
+        run_search(tiny(out, trials=4, steps=3))
+
+
+def test_a_trial_that_diverges_fails_and_the_study_goes_on(tmp_path, monkeypatch) -> None:
+    import geohead.train as T
+
+    real_train, real_step = T.train, T.ssl_step
+    calls = []
+
+    def nan_step(*args, **kwargs):
+        loss, f, e = real_step(*args, **kwargs)
+        return loss * float("nan"), f, e
+
+    def train(cfg, *args, **kwargs):  # the first trial's loss is NaN from its first step
+        calls.append(cfg.out)
+        monkeypatch.setattr(T, "ssl_step", nan_step if len(calls) == 1 else real_step)
+        return real_train(cfg, *args, **kwargs)
+
+    monkeypatch.setattr(T, "train", train)
+    out = tmp_path / "search"
+    run_search(tiny(out, trials=3, prune=False))
+    rows = read_trials_csv(out / "trials.csv")
+    assert [r["state"] for r in rows] == ["FAIL", "COMPLETE", "COMPLETE"] and len(calls) == 3
+    assert "diverged" in rows[0]["fail_reason"] and "loss became nan" in rows[0]["fail_reason"]
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["trials"]["failed"] == 1 and summary["best"]["number"] in (1, 2)
+
+
+def test_a_killed_worker_leaves_a_sound_storage_and_its_trial_is_retried(tmp_path) -> None:
+    out = tmp_path / "search"
+    cfg = tiny(out, trials=1, steps=30, heartbeat=1)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "workers" / "search_worker.py"),
+                             json.dumps(dataclasses.asdict(cfg))], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    marker = out / "trials" / "0000" / "config.json"  # train() writes it before the first step
+    t0 = time.time()
+    while not marker.exists():
+        assert proc.poll() is None, proc.stderr.read()
+        assert time.time() - t0 < 180, "the worker never started a trial"
+        time.sleep(0.1)
+    time.sleep(1.5)  # a few (slowed) steps into training
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL
+
+    db = sqlite3.connect(out / "study.db")
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    killed = load(out).trials
+    assert [t.state.name for t in killed] == ["RUNNING"]
+    params = killed[0].params
+
+    time.sleep(3.5)  # past the grace period (3 heartbeats of 1 s): the trial is now stale
+    run_search(cfg)
+    trials = load(out).trials
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].params == params and trials[1].user_attrs["retry_of"] == 0
+    rows = read_trials_csv(out / "trials.csv")
+    assert rows[1]["retry_of"] == 0 and rows[1]["worker"] != killed[0].user_attrs["worker"]
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["best"]["number"] == 1 and summary["trials"]["complete"] == 1

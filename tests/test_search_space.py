@@ -1,0 +1,179 @@
+"""The search space, --fix/--range parsing, the score, and the search's statistics and plots (no training)."""
+from __future__ import annotations
+
+import csv
+import math
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from geohead.cli import main
+from geohead.heads import GeometricHead, HeadSpec
+from geohead.search.criteria import geometric_score, score_components
+from geohead.search.outputs import _pareto, importances, read_trials_csv, spearman, write_search_plots
+from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
+
+BASE = HeadSpec(in_dim=128, out_dim=64)
+
+
+# ---------------------------------------------------------------------- space
+def test_default_space_scales_widths_to_the_backbone() -> None:
+    s = SearchSpace.default(512)
+    assert s.choices["depth"] == (1, 2, 3, 4)
+    assert s.choices["hidden_dim"] == (256, 512, 1024, 2048)
+    assert s.choices["out_dim"] == (128, 256, 512, 1024, 2048)
+    assert set(s.choices["activation"]) == {"silu", "gelu", "mish", "softplus", "tanh", "relu", "identity"}
+    assert s.choices["norm"] == ("batch", "layer", "none") and s.choices["whiten"] == ("none", "pca", "zca")
+    # depth-1 heads share only out_dim/last_norm/whiten: 5*4*3 of them, 3*(4*7*3)*60 deeper ones
+    assert s.size() == 60 + 3 * 84 * 60
+
+
+def test_fixed_trial_gives_the_spec_and_depth_one_is_conditional() -> None:
+    import optuna
+
+    space = SearchSpace.default(128)
+    deep = space.suggest(optuna.trial.FixedTrial({"depth": 3, "hidden_dim": 256, "out_dim": 512, "activation": "mish",
+                                                  "norm": "layer", "last_norm": "batch_noaffine", "whiten": "zca"}), BASE)
+    assert deep == BASE.replace(depth=3, hidden_dim=256, out_dim=512, activation="mish", norm="layer",
+                                last_norm="batch_noaffine", whiten="zca")
+    # a depth-1 trial never asks for hidden_dim/activation/norm (FixedTrial would raise if it did)
+    lin = space.suggest(optuna.trial.FixedTrial({"depth": 1, "out_dim": 32, "last_norm": "none", "whiten": "none"}), BASE)
+    assert (lin.depth, lin.out_dim, lin.activation, lin.norm, lin.last_norm, lin.whiten) == (1, 32, "identity", None, None, None)
+    GeometricHead.from_spec(lin)
+    GeometricHead.from_spec(deep)
+
+
+def test_constraints_narrow_the_space_and_fixed_values_are_not_sampled() -> None:
+    import optuna
+
+    fixed, ranged = parse_constraints(["activation=swish", "hidden_dim=384"],
+                                      ["depth=2:3", "out_dim=64:256", "norm=batch,none"])
+    assert fixed == {"activation": "silu", "hidden_dim": 384}
+    space = SearchSpace.default(128).constrain(fixed, ranged)
+    assert space.choices["depth"] == (2, 3) and space.choices["out_dim"] == (64, 128, 256)
+    assert space.choices["norm"] == ("batch", "none") and space.choices["hidden_dim"] == (384,)
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(25):
+        t = study.ask()
+        spec = space.suggest(t, BASE)
+        assert spec.depth in (2, 3) and spec.activation == "silu" and spec.hidden_dim == 384 and spec.norm in ("batch", None)
+        assert "activation" not in t.params and "hidden_dim" not in t.params
+        seen.add(spec.depth)
+        study.tell(t, 0.0)
+    assert seen == {2, 3}
+    # deeper than the default choices: a range of depths is every integer in it
+    assert SearchSpace.default(128).constrain(*parse_constraints([], ["depth=3:6"])).choices["depth"] == (3, 4, 5, 6)
+
+
+@pytest.mark.parametrize("fix, rng, match", [
+    (["activaton=silu"], [], r"unknown dimension 'activaton' \(did you mean 'activation'\?\)"),
+    (["depth"], [], r"must look like KEY=VALUE"),
+    (["depth=two"], [], r"depth must be a positive integer, got 'two'"),
+    (["depth=0"], [], r"positive integer, got 0"),
+    (["depth=12"], [], r"depth must be between 1 and 8"),
+    (["activation=swoosh"], [], r"unknown activation 'swoosh'; choose from \['silu'"),
+    (["norm=group"], [], r"unknown norm 'group'"),
+    (["whiten="], [], r"the value is empty"),
+    (["depth=2", "depth=3"], [], r"depth is fixed twice"),
+    ([], ["depth=3:2"], r"low end 3 is above the high end 2; write depth=2:3"),
+    ([], ["activation=a:b"], r"activation is not numeric; list its values"),
+    ([], ["norm=batch,,layer"], r"empty value in the list"),
+    ([], ["out_dim=1:4:8"], r"out_dim must be a positive integer"),
+    (["depth=2"], ["depth=2:3"], r"both fixed \(--fix\) and ranged"),
+])
+def test_bad_constraints_name_the_value_and_the_fix(fix, rng, match) -> None:
+    with pytest.raises(SpaceError, match=match):
+        parse_constraints(fix, rng)
+
+
+def test_a_range_that_keeps_no_width_says_so() -> None:
+    with pytest.raises(SpaceError, match=r"keeps none of the candidates \[64, 128, 256, 512\].*--fix hidden_dim=N"):
+        SearchSpace.default(128).constrain(*parse_constraints([], ["hidden_dim=300:400"]))
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--fix", "widht=3"], "unknown dimension 'widht'"),
+    (["--range", "depth=4:1"], "low end 4 is above the high end 1"),
+    (["--timeout", "soon"], "--timeout 'soon' is not a duration"),
+    (["--objective", "barlo"], "unknown objective 'barlo'"),
+    (["--set", "head.spec.depth=2"], "the search chooses the head; use --fix/--range"),
+    (["--steps", "0"], "--steps must be a positive integer"),
+])
+def test_cli_rejects_bad_input_with_exit_code_2_and_no_traceback(args, match, tmp_path) -> None:
+    res = CliRunner().invoke(main, ["search", "--out", str(tmp_path / "s"), *args])
+    assert res.exit_code == 2, res.output
+    assert match in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "s").exists()  # nothing was started
+
+
+# ---------------------------------------------------------------------- score
+def test_score_transforms_on_known_values() -> None:
+    crit = {"rankme_backbone_frac": 0.25, "std_backbone": 0.5, "compression": 3.0, "heff_condition": 1000.0}
+    comps = score_components(crit)
+    assert comps == pytest.approx({"rankme": 0.25, "uniformity": 0.5, "compression": 0.75, "conditioning": 0.25})
+    assert geometric_score(crit) == pytest.approx((0.25 + 0.5 + 0.75 + 0.25) / 4)
+    assert geometric_score(crit, {"rankme": 1.0, "compression": 3.0}) == pytest.approx((0.25 + 3 * 0.75) / 4)
+    # undefined conditioning/compression count as worst, values beyond the range are clipped
+    bad = score_components({"rankme_backbone_frac": 1.7, "std_backbone": 2.0, "compression": float("nan"),
+                            "heff_condition": float("inf")})
+    assert bad == {"rankme": 1.0, "uniformity": 1.0, "compression": 0.0, "conditioning": 0.0}
+
+
+# ---------------------------------------------------------------------- statistics and plots
+def test_spearman_matches_scipy_and_ignores_missing_values() -> None:
+    from scipy.stats import spearmanr
+
+    rng = random.Random(0)
+    x = [rng.random() for _ in range(20)]
+    y = [a + 0.5 * rng.random() for a in x]
+    ref = spearmanr(x, y)
+    got = spearman(x + [None, float("nan")], y + [0.3, 0.1])
+    assert got["n"] == 20 and got["rho"] == pytest.approx(ref.statistic) and got["p"] == pytest.approx(ref.pvalue)
+    assert spearman([1, 2], [3, 4]) == {"rho": None, "p": None, "n": 2}
+    assert spearman([1, 1, 1], [1, 2, 3])["rho"] is None  # constant column
+
+
+def test_importance_is_the_correlation_ratio() -> None:
+    # score depends on depth only: eta^2(depth) = 1, eta^2 of a balanced unrelated column = 0
+    rows = [{"state": "COMPLETE", "score": float(d), "depth": d, "activation": a, "out_dim": 64}
+            for d in (1, 2) for a in ("silu", "relu")]
+    imp = importances(rows, "score")
+    assert imp["depth"] == pytest.approx(1.0) and imp["activation"] == pytest.approx(0.0) and imp["out_dim"] == 0.0
+    # hand-computed: groups {1,2} and {4}: mean 7/3, between = 2*(1.5-7/3)^2 + (4-7/3)^2, total = sum (y-7/3)^2
+    rows = [{"state": "COMPLETE", "score": y, "norm": g} for y, g in ((1, "a"), (2, "a"), (4, "b"))]
+    m = 7 / 3
+    expect = (2 * (1.5 - m) ** 2 + (4 - m) ** 2) / ((1 - m) ** 2 + (2 - m) ** 2 + (4 - m) ** 2)
+    assert importances(rows, "score")["norm"] == pytest.approx(expect)
+
+
+def test_pareto_front_of_known_points() -> None:
+    pts = [(1, 1), (2, 0), (0, 2), (0.5, 0.5), (2, 0), (1, 0.5)]
+    assert _pareto(pts) == [0, 1, 2, 4]
+
+
+def test_write_search_plots_from_trials_csv(tmp_path) -> None:
+    rng = random.Random(1)
+    cols = ["number", "state", "value", "score", "knn_backbone", *DIMENSIONS, "score_rankme", "score_uniformity",
+            "score_compression", "score_conditioning", "heff_condition", "screen_head_escape"]
+    with open(tmp_path / "trials.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for i in range(12):
+            s = [rng.random() for _ in range(4)]
+            w.writerow({"number": i, "state": "COMPLETE" if i < 10 else "PRUNED", "value": sum(s) / 4,
+                        "score": sum(s) / 4, "knn_backbone": 0.1 + 0.3 * s[0], "depth": 1 + i % 4,
+                        "hidden_dim": "n/a" if i % 4 == 0 else 256, "out_dim": 64, "activation": "silu", "norm": "batch",
+                        "last_norm": "none", "whiten": "none", "score_rankme": s[0], "score_uniformity": s[1],
+                        "score_compression": s[2], "score_conditioning": s[3], "heff_condition": 10 ** (1 + 5 * s[3]),
+                        "screen_head_escape": "" if i == 3 else s[1]})
+    paths = write_search_plots(tmp_path)
+    assert [p.name for p in paths] == ["criteria_vs_knn.png", "pareto_front.png", "param_importances.png"]
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+    rows = read_trials_csv(tmp_path / "trials.csv")
+    assert rows[0]["depth"] == 1 and rows[0]["hidden_dim"] == "n/a" and isinstance(rows[1]["score"], float)
+    assert rows[3]["screen_head_escape"] is None and not math.isnan(rows[4]["screen_head_escape"])
+    with pytest.raises(FileNotFoundError, match="run `geohead search --out"):
+        write_search_plots(tmp_path / "nowhere")
