@@ -52,7 +52,11 @@ BUILTIN_DATA = ("shapes", "cifar10", "cifar100")
 #: standard views ends *below* the random-init backbone's class kNN (measured: 0.156 vs 0.172
 #: after the 6-epoch shapes recipe), and with full hue jitter it learns the class within 100 steps.
 SHAPES_VIEW_ARGS: dict[str, Any] = {"hue": 0.5}
-#: Orbits whose tangents the screen and the trained criteria use (5 tangents each with 7-point sweeps).
+#: Orbits whose tangents the screen (2) and the trained criteria (8) use (5 tangents each with the
+#: 7-point sweeps); the Fisher rank costs one forward-mode product per tangent direction.
+SCREEN_TANGENT_IMAGES = 2
+#: Samples of the collapsed state at which the screen measures the escape curvature.
+COLLAPSED_BATCH = 16
 TANGENT_IMAGES = 8
 
 
@@ -295,11 +299,11 @@ class TrialRunner:
         tangents = {}
         for name in cfg.families:  # tangents of a few orbits (the Fisher rank costs a product per direction)
             fam = ORBIT_FAMILIES[name]
-            orb = build_orbits(encode, nn.Identity(), orbit_imgs[:TANGENT_IMAGES], fam.fn, fam.params)
+            orb = build_orbits(encode, nn.Identity(), orbit_imgs[:SCREEN_TANGENT_IMAGES], fam.fn, fam.params)
             tangents[name] = orbit_tangents(orb)
         del model, backbone
         gc = torch.Generator().manual_seed(seed)
-        bc = min(32, cfg.screen_batch)
+        bc = min(COLLAPSED_BATCH, cfg.screen_batch)
         mu, sd = z1.double().mean(0), z1.double().std(0).clamp_min(1e-6)
         spread = 1e-2
         collapsed = tuple((mu + spread * sd * torch.randn(bc, self.in_dim, generator=gc, dtype=torch.float64)).float()
