@@ -175,11 +175,6 @@ def _flat_params(module: nn.Module) -> Tensor:
     return torch.cat([p.detach().flatten().float() for p in module.parameters() if p.requires_grad]).cpu()
 
 
-def _unwrap(model: nn.Module) -> SSLModel:
-    model = getattr(model, "_orig_mod", model)  # torch.compile
-    return getattr(model, "module", model)  # DDP
-
-
 # ---------------------------------------------------------------------- the loop
 def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
           callback: Callable[[EpochEnd], None] | None = None) -> RunResult:
@@ -278,7 +273,8 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
         objective.load_state_dict(ck.section("objective"))
         load_optimizer(optimizer, ck.tensors, ck.meta["optimizer"])
         start_step = int(ck.meta["step"])
-        _truncate_metrics(out / "metrics.jsonl", start_step) if is_main else None
+        if is_main:
+            _truncate_metrics(out / "metrics.jsonl", start_step)
     elif is_main and overwrite:
         for name in ("last.ckpt", "metrics.jsonl", "probes.json", "summary.json"):
             (out / name).unlink(missing_ok=True)
@@ -328,7 +324,6 @@ def _train(cfg: TrainConfig, resume: bool, overwrite: bool, rank: int, world: in
     last_loss = float("nan")
     perm, perm_epoch = None, -1
     t_last, n_last = time.perf_counter(), 0
-    step = start_step
     model.train()
     for step in range(start_step, run_steps):
         epoch = step // steps_per_epoch
