@@ -86,10 +86,11 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
         run_search(tiny(out, trials=4, steps=3))
 
 
-def test_a_trial_that_diverges_fails_and_the_study_goes_on(tmp_path, monkeypatch) -> None:
+def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, monkeypatch) -> None:
+    import geohead.search.runner as R
     import geohead.train as T
 
-    real_train, real_step = T.train, T.ssl_step
+    real_train, real_step, real_crit = T.train, T.ssl_step, R.trained_criteria
     calls = []
 
     def nan_step(*args, **kwargs):
@@ -101,14 +102,40 @@ def test_a_trial_that_diverges_fails_and_the_study_goes_on(tmp_path, monkeypatch
         monkeypatch.setattr(T, "ssl_step", nan_step if len(calls) == 1 else real_step)
         return real_train(cfg, *args, **kwargs)
 
+    def criteria(*args, **kwargs):  # the second trial's measurement raises
+        if len(calls) == 2:
+            raise RuntimeError("boom")
+        return real_crit(*args, **kwargs)
+
     monkeypatch.setattr(T, "train", train)
+    monkeypatch.setattr(R, "trained_criteria", criteria)
     out = tmp_path / "search"
-    run_search(tiny(out, trials=3, prune=False))
+    run_search(tiny(out, trials=4, prune=False))
     rows = read_trials_csv(out / "trials.csv")
-    assert [r["state"] for r in rows] == ["FAIL", "COMPLETE", "COMPLETE"] and len(calls) == 3
+    assert [r["state"] for r in rows] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE"] and len(calls) == 4
     assert "diverged" in rows[0]["fail_reason"] and "loss became nan" in rows[0]["fail_reason"]
+    assert rows[1]["fail_reason"] == "RuntimeError: boom"
     summary = json.loads((out / "search.json").read_text())
-    assert summary["trials"]["failed"] == 1 and summary["best"]["number"] in (1, 2)
+    assert summary["trials"]["failed"] == 2 and summary["best"]["number"] in (2, 3)
+
+
+def test_a_repeated_head_reuses_the_measurements(tmp_path) -> None:
+    import optuna
+
+    out = tmp_path / "search"
+    out.mkdir()
+    study = optuna.create_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}",
+                                direction="maximize")
+    head = {"depth": 1, "out_dim": 64, "last_norm": "none", "whiten": "none"}
+    study.enqueue_trial(head)
+    study.enqueue_trial(head)
+    run_search(tiny(out, trials=2))
+    t0, t1 = load(out).trials
+    assert t0.state.name == t1.state.name == "COMPLETE" and t1.user_attrs["duplicate_of"] == 0
+    assert t1.values == t0.values and t1.user_attrs["knn_backbone"] == t0.user_attrs["knn_backbone"]
+    assert not (out / "trials" / "0001").exists()  # not trained again
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["trials"]["duplicates"] == 1 and summary["spearman"]["n"] == 1
 
 
 def test_a_killed_worker_leaves_a_sound_storage_and_its_trial_is_retried(tmp_path) -> None:

@@ -110,15 +110,40 @@ def test_cli_rejects_bad_input_with_exit_code_2_and_no_traceback(args, match, tm
 
 # ---------------------------------------------------------------------- score
 def test_score_transforms_on_known_values() -> None:
-    crit = {"rankme_backbone_frac": 0.25, "std_backbone": 0.5, "compression": 3.0, "heff_condition": 1000.0}
+    # RankMe 16 of d = 256: log 16 / log 256 = 0.5; compression 3 -> 3/4
+    crit = {"rankme_backbone": 16.0, "dim_backbone": 256.0, "std_backbone": 0.5, "compression": 3.0, "heff_isotropy": 0.25}
     comps = score_components(crit)
-    assert comps == pytest.approx({"rankme": 0.25, "uniformity": 0.5, "compression": 0.75, "conditioning": 0.25})
-    assert geometric_score(crit) == pytest.approx((0.25 + 0.5 + 0.75 + 0.25) / 4)
-    assert geometric_score(crit, {"rankme": 1.0, "compression": 3.0}) == pytest.approx((0.25 + 3 * 0.75) / 4)
-    # undefined conditioning/compression count as worst, values beyond the range are clipped
-    bad = score_components({"rankme_backbone_frac": 1.7, "std_backbone": 2.0, "compression": float("nan"),
-                            "heff_condition": float("inf")})
-    assert bad == {"rankme": 1.0, "uniformity": 1.0, "compression": 0.0, "conditioning": 0.0}
+    assert comps == pytest.approx({"rankme": 0.5, "uniformity": 0.5, "compression": 0.75, "conditioning": 0.25})
+    assert geometric_score(crit) == pytest.approx((0.5 + 0.5 + 0.75 + 0.25) / 4)
+    assert geometric_score(crit, {"rankme": 1.0, "compression": 3.0}) == pytest.approx((0.5 + 3 * 0.75) / 4)
+    # undefined values count as worst, values beyond the range are clipped
+    bad = score_components({"rankme_backbone": 0.0, "dim_backbone": 256.0, "std_backbone": 2.0,
+                            "compression": float("nan"), "heff_isotropy": float("nan")})
+    assert bad == {"rankme": 0.0, "uniformity": 1.0, "compression": 0.0, "conditioning": 0.0}
+    assert score_components({"rankme_backbone": 300.0, "dim_backbone": 256.0})["rankme"] == 1.0
+
+
+def test_heff_stable_rank_of_a_linear_head_on_a_quadratic_objective() -> None:
+    """MSE to a target through a linear head: H_eff = c·I_B ⊗ WᵀW, whose spectrum Lanczos resolves
+    in a few steps; the stable rank ‖H‖_F²/max|λ|² must equal the dense spectrum's."""
+    import torch
+
+    from geohead.objectives import get_objective
+    from geohead.search.criteria import heff_conditioning
+
+    torch.manual_seed(0)
+    head = GeometricHead(5, 3, depth=1, norm=None).double()
+    obj = get_objective("byol", distance="mse")
+    z1, z2 = torch.randn(4, 5, dtype=torch.float64), torch.randn(4, 5, dtype=torch.float64)
+    hc = heff_conditioning(head, obj, z1, z2, predictor=torch.nn.Identity(), probes=40)
+    from geohead.geometry import EffectiveHessian
+
+    dense = EffectiveHessian(head, obj, z1, z2, predictor=torch.nn.Identity()).H.dense()
+    ev = torch.linalg.eigvalsh(dense)
+    expect = float((ev ** 2).sum() / ev.abs().max() ** 2)
+    assert hc["stable_rank"] == pytest.approx(expect, rel=1e-6)  # 20 <= 40 probes: the norm is exact
+    assert hc["isotropy"] == pytest.approx(math.log(expect) / math.log(20))
+    assert hc["lambda_max"] == pytest.approx(float(ev.max()), rel=1e-5)
 
 
 # ---------------------------------------------------------------------- statistics and plots

@@ -10,9 +10,11 @@ head at init (BatchNorm calibrated the same way, whitening applied when the spec
   ``screen_escape_negative`` (negative Ritz values found), ``screen_head_escape`` (the head's own
   share of the negative curvature along the escape direction, ``head_negative_curvature``: 0 for
   linear/ReLU heads) and ``screen_m_over_h`` (‖M‖_F/‖H_eff‖_F);
-* conditioning of H_eff at the real features (:func:`spectrum_summary`, fast, on the first
-  :data:`H_EFF_BATCH` samples of the batch):
-  ``screen_heff_condition`` (within-rank condition number), ``screen_heff_lambda_min/max``;
+* conditioning of H_eff at the real features (:func:`heff_conditioning` on the first
+  :data:`H_EFF_BATCH` samples of the batch): ``screen_heff_stable_rank`` (‖H‖_F²/max|λ|²) and
+  ``screen_heff_isotropy`` (its log over log(B·d)), ``screen_heff_lambda_min/max`` and
+  ``screen_heff_condition`` (within-rank condition number of the 10-step Lanczos run: often
+  undefined, kept for reference);
   isotropy of the head's outputs: ``screen_output_condition`` (within-rank condition number of
   their covariance) and ``screen_output_rank`` (its numerical rank / k);
 * Jacobian rank on augmentation tangents (central differences of backbone features along each
@@ -25,18 +27,19 @@ backbone RankMe (``rankme_backbone``, and divided by d), std of normalised backb
 features relative to the healthy 1/√width, within-rank condition number of the backbone
 features, orbit compression through the head (width- and scale-invariant ``relative`` formula,
 geometric mean over the families) with tangent invariance and Fisher-rank loss, H_eff at the
-trained features of two views (within-rank condition number, λ_min, ‖M‖/‖H‖), and, where the
-data has labels, kNN accuracy of backbone and head features (the ground truth, never in the
-default score).
+trained features of two views (stable rank and isotropy, λ_min, λ_max, within-rank condition
+number), and, where the data has labels, kNN accuracy of backbone and head features (the ground
+truth, never in the default score).
 
 The label-free score (:func:`geometric_score`) is the mean of four criteria, each mapped to
-[0, 1] by a fixed transform (fixed, so a trial's score never depends on the other trials):
+[0, 1] by a fixed transform (fixed, so a trial's score never depends on the other trials; see
+:func:`score_components`):
 
-    rankme        RankMe(backbone) / d                       effective rank of the features
-    uniformity    min(1, std(normalised backbone) · √d)      spread over the sphere (1 = healthy)
-    compression   c / (1 + c),  c = orbit compression         the head, not the backbone, absorbs
-                                                              the augmentations (guillotine)
-    conditioning  1 / (1 + log10 κ),  κ = H_eff condition     well-conditioned loss geometry
+    rankme        log RankMe(backbone) / log d          effective dimension of the features
+    uniformity    min(1, std(normalised backbone)·√d)   spread over the sphere (1 = healthy)
+    compression   c / (1 + c),  c = orbit compression    the head, not the backbone, absorbs
+                                                         the augmentations (guillotine)
+    conditioning  log stable rank(H_eff) / log(B·d)      curvature spread over many directions
 """
 from __future__ import annotations
 
@@ -82,8 +85,14 @@ def calibrate_batchnorm(module: nn.Module, batches: Sequence[Tensor]) -> nn.Modu
     return module.eval()
 
 
+#: Criteria that may be inf/NaN without failing the trial (H_eff products that overflowed, a
+#: condition number without a converged bottom end); the score counts them as worst.
+_MAY_BE_UNDEFINED = ("condition", "stable_rank", "lambda_min", "lambda_max", "isotropy")
+
+
 def _finite(d: dict[str, Any], stage: str) -> dict[str, Any]:
-    bad = [k for k, v in d.items() if isinstance(v, float) and not math.isfinite(v) and not k.endswith("condition")]
+    bad = [k for k, v in d.items() if isinstance(v, float) and not math.isfinite(v)
+           and not any(part in k for part in _MAY_BE_UNDEFINED)]
     if bad:
         raise TrialDiverged(f"{stage}: non-finite {', '.join(bad)}")
     return d
@@ -172,6 +181,43 @@ def tangent_invariance_batched(head: nn.Module, z: Tensor, v: Tensor, *, rtol: f
     )
 
 
+# ---------------------------------------------------------------------- H_eff conditioning
+def heff_conditioning(head: nn.Module, objective: nn.Module, z1: Tensor, z2: Tensor, *, predictor: nn.Module | None = None,
+                      teacher: nn.Module | None = None, seed: int = 0, probes: int = 6) -> dict[str, float]:
+    """Conditioning of H_eff at features (z1, z2) (B, d): fast Lanczos extremes and the stable rank.
+
+    ``stable_rank`` = ‖H_eff‖_F² / max|λ|² ∈ [1, B·d] (Hutch++ with ``probes`` products for the
+    Frobenius norm, the extremes from :func:`spectrum_summary`'s fast mode): the number of
+    directions over which the curvature is spread. It is robust where the within-rank condition
+    number of a 10-step Lanczos run is not (an indefinite H_eff, unconverged bottom end), and
+    ``isotropy`` = log(stable_rank) / log(B·d) ∈ [0, 1] is 1 for perfectly spread curvature.
+    Products run in float32, and once more in float64 when float32 overflows (Barlow Twins'
+    batch standardisation of nearly constant embedding dimensions); if both fail the values are
+    inf/NaN and ``isotropy`` 0.
+    """
+    from geohead.geometry import EffectiveHessian, frobenius_norm, spectrum_summary
+
+    last: Exception | None = None
+    for dtype in (torch.float32, torch.float64):
+        try:
+            eh = EffectiveHessian(head, objective, z1, z2, predictor=predictor, teacher=teacher, dtype=dtype)
+            s = spectrum_summary(eh.H, mode="fast", generator=torch.Generator().manual_seed(seed))
+            fro = frobenius_norm(eh.H, num_probes=probes, generator=torch.Generator().manual_seed(seed)).value
+        except (FloatingPointError, ValueError) as exc:  # non-finite products or outputs
+            last = exc
+            continue
+        if not (math.isfinite(fro) and math.isfinite(s.scale)):
+            last = FloatingPointError("non-finite H_eff estimates")
+            continue
+        sr = fro ** 2 / s.scale ** 2 if s.scale > 0 else float("nan")
+        sr = min(max(sr, 1.0), float(eh.dim)) if math.isfinite(sr) else sr
+        return {"lambda_min": s.lambda_min, "lambda_max": s.lambda_max, "condition": s.condition_within_rank,
+                "stable_rank": sr, "isotropy": math.log(sr) / math.log(eh.dim) if math.isfinite(sr) and eh.dim > 1 else 0.0,
+                "dtype64": float(dtype == torch.float64)}
+    return {"lambda_min": float("nan"), "lambda_max": float("nan"), "condition": float("inf"),
+            "stable_rank": float("nan"), "isotropy": 0.0, "dtype64": 1.0, "error": str(last)[:200]}
+
+
 # ---------------------------------------------------------------------- screen
 @dataclasses.dataclass
 class ScreenInputs:
@@ -218,7 +264,7 @@ def build_head(spec: HeadSpec, features: Tensor, seed: int, predictor_spec: Head
 def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     """Screen criteria of ``spec`` at init (see the module docstring); ~1 s on 2 CPU cores for
     d = 512, B = 256 (``benchmarks/search_screen.py``). Raises :class:`TrialDiverged` on NaN/inf."""
-    from geohead.geometry import EffectiveHessian, escape_curvature, spectrum_summary, within_rank_condition
+    from geohead.geometry import escape_curvature, within_rank_condition
     from geohead.objectives import CollapsedState
 
     t0 = time.perf_counter()
@@ -234,10 +280,10 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
         out.update(screen_escape_lambda_min=esc.lambda_min_H, screen_escape_negative=float(esc.num_negative_H),
                    screen_head_escape=esc.head_negative_curvature, screen_m_over_h=_float(esc.m_over_h))
         nb = min(H_EFF_BATCH, inputs.z1.shape[0])
-        eh = EffectiveHessian(head, obj, inputs.z1[:nb], inputs.z2[:nb], predictor=predictor, dtype=torch.float32)
-        s = spectrum_summary(eh.H, mode="fast", generator=g)
-        out.update(screen_heff_lambda_min=s.lambda_min, screen_heff_lambda_max=s.lambda_max,
-                   screen_heff_condition=s.condition_within_rank)
+        hc = heff_conditioning(head, obj, inputs.z1[:nb], inputs.z2[:nb], predictor=predictor, seed=inputs.seed, probes=4)
+        out.update(screen_heff_lambda_min=hc["lambda_min"], screen_heff_lambda_max=hc["lambda_max"],
+                   screen_heff_condition=hc["condition"], screen_heff_stable_rank=hc["stable_rank"],
+                   screen_heff_isotropy=hc["isotropy"])
         with torch.no_grad():
             e = head(inputs.z1)
         wr = within_rank_condition(e)
@@ -249,7 +295,7 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
             lost += ti.fisher_rank_loss
         if inv:
             out.update(screen_tangent_invariance=sum(inv) / len(inv), screen_fisher_rank_loss=float(lost))
-    except ValueError as exc:  # the geometry code refuses non-finite inputs/outputs with ValueError
+    except (ValueError, FloatingPointError) as exc:  # the geometry code refuses non-finite values
         if "finite" in str(exc):
             raise TrialDiverged(f"screen: {exc}") from None
         raise
@@ -257,15 +303,16 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     return _finite(out, "screen")
 
 
-def screen_verdict(crit: dict[str, float], max_condition: float) -> str | None:
+def screen_verdict(crit: dict[str, float], min_stable_rank: float) -> str | None:
     """Why a candidate is pruned before training, or None: it cannot escape collapse (no negative
-    curvature of H_eff at the collapsed state) *and* its H_eff at real features is badly
-    conditioned (within-rank condition number above ``max_condition``, or undefined)."""
+    curvature of H_eff at the collapsed state) *and* its H_eff at the real features is badly
+    conditioned (stable rank below ``min_stable_rank``: the curvature sits in about that many
+    directions of B·d, or could not be computed)."""
     stuck = crit.get("screen_escape_negative", 1.0) == 0
-    cond = crit.get("screen_heff_condition", float("nan"))
-    bad = not math.isfinite(cond) or cond > max_condition
+    sr = crit.get("screen_heff_stable_rank", float("nan"))
+    bad = not math.isfinite(sr) or sr < min_stable_rank
     if stuck and bad:
-        return (f"screen: no negative curvature at collapse and H_eff condition {cond:.3g} > {max_condition:.3g}")
+        return f"screen: no negative curvature at collapse and H_eff stable rank {sr:.3g} < {min_stable_rank:.3g}"
     return None
 
 
@@ -306,7 +353,7 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
     """Criteria of a trained (backbone, head) pair (see the module docstring); modes are restored."""
     from geohead.data import ORBIT_FAMILIES
     from geohead.features import extract
-    from geohead.geometry import EffectiveHessian, normalized_std, rankme, spectrum_summary, within_rank_condition
+    from geohead.geometry import normalized_std, rankme, within_rank_condition
     from geohead.geometry.invariance import (
         Orbits, build_orbits, compression, orbit_tangents, space_geometry,
     )
@@ -322,6 +369,7 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
         if not (torch.isfinite(fb_tr).all() and torch.isfinite(fh_tr).all()):
             raise TrialDiverged("trained features are not finite")
         d, k = fb_tr.shape[1], fh_tr.shape[1]
+        out["dim_backbone"] = float(d)
         out["rankme_backbone"] = rankme(fb_tr)
         out["rankme_backbone_frac"] = out["rankme_backbone"] / d
         out["rankme_head_frac"] = rankme(fh_tr) / k
@@ -366,11 +414,10 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
                 v1, v2 = (v.contiguous(memory_format=torch.channels_last) for v in (v1, v2))
             z1, z2 = backbone(v1).float(), backbone(v2).float()
         nb = min(H_EFF_BATCH, z1.shape[0])
-        eh = EffectiveHessian(head, objective, z1[:nb], z2[:nb], predictor=predictor, teacher=teacher_head,
-                              dtype=torch.float32)
-        s = spectrum_summary(eh, mode="fast", generator=torch.Generator().manual_seed(inputs.seed))
-        out.update(heff_condition=s.condition_within_rank, heff_lambda_min=s.lambda_min,
-                   heff_lambda_max=s.lambda_max, heff_m_over_h=_float(s.m_over_h))
+        hc = heff_conditioning(head, objective, z1[:nb], z2[:nb], predictor=predictor, teacher=teacher_head,
+                               seed=inputs.seed)
+        out.update(heff_condition=hc["condition"], heff_lambda_min=hc["lambda_min"], heff_lambda_max=hc["lambda_max"],
+                   heff_stable_rank=hc["stable_rank"], heff_isotropy=hc["isotropy"])
 
         if inputs.train_labels is not None and inputs.test_labels is not None:
             out["knn_backbone"] = knn_accuracy(fb_tr, inputs.train_labels, fb_te, inputs.test_labels,
@@ -396,14 +443,29 @@ def _normalise(x01: Tensor, inputs: EvalInputs) -> Tensor:
 
 # ---------------------------------------------------------------------- score
 def score_components(crit: dict[str, float]) -> dict[str, float]:
-    """The four label-free criteria of the default score, each mapped to [0, 1] (larger = better)."""
+    """The four label-free criteria of the default score, each mapped to [0, 1] (larger = better).
+
+    * ``rankme``: log RankMe / log d, the normalised entropy of the backbone features' singular
+      values (RankMe = exp(entropy), Garrido et al. 2023): 0 = one direction, 1 = all d equal;
+    * ``uniformity``: min(1, std of L2-normalised backbone features · √d) (1 = spread like an
+      isotropic cloud, 0 = complete collapse; Chen & He 2021);
+    * ``compression``: c / (1 + c) with c the width-invariant orbit compression through the head
+      (0.5 = the head keeps orbits as they are in the backbone, → 1 = it shrinks them away);
+    * ``conditioning``: log(stable rank of H_eff) / log(B·d) at the trained features
+      (:func:`heff_conditioning`; 0 when it could not be computed).
+    Undefined inputs count as 0.
+    """
+    def unit(x: float) -> float:
+        return min(1.0, max(0.0, x)) if math.isfinite(x) else 0.0
+
+    rm = crit.get("rankme_backbone", float("nan"))
+    d = crit.get("dim_backbone", float("nan"))
     comp = crit.get("compression", float("nan"))
-    cond = crit.get("heff_condition", float("nan"))
     return {
-        "rankme": min(1.0, max(0.0, crit.get("rankme_backbone_frac", float("nan")))),
-        "uniformity": min(1.0, max(0.0, crit.get("std_backbone", float("nan")))),
-        "compression": comp / (1.0 + comp) if math.isfinite(comp) and comp >= 0 else 0.0,
-        "conditioning": 1.0 / (1.0 + math.log10(max(cond, 1.0))) if math.isfinite(cond) else 0.0,
+        "rankme": unit(math.log(rm) / math.log(d)) if rm > 0 and d > 1 else 0.0,
+        "uniformity": unit(crit.get("std_backbone", float("nan"))),
+        "compression": unit(comp / (1.0 + comp)) if comp >= 0 else 0.0,
+        "conditioning": unit(crit.get("heff_isotropy", float("nan"))),
     }
 
 

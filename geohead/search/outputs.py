@@ -31,15 +31,16 @@ TRUTH = "knn_backbone"
 #: Criteria correlated with kNN accuracy in the table and plots (when present), in this order.
 CORRELATED = (
     "score", "score_rankme", "score_uniformity", "score_compression", "score_conditioning",
-    "rankme_backbone_frac", "std_backbone", "compression", "tangent_invariance", "heff_condition", "heff_m_over_h",
+    "rankme_backbone_frac", "std_backbone", "compression", "tangent_invariance", "heff_stable_rank", "heff_condition",
     "condition_backbone", "rankme_head_frac", "std_head",
-    "screen_head_escape", "screen_m_over_h", "screen_escape_lambda_min", "screen_heff_condition",
-    "screen_output_condition", "screen_tangent_invariance", "screen_fisher_rank_loss",
+    "screen_head_escape", "screen_m_over_h", "screen_escape_lambda_min", "screen_heff_stable_rank",
+    "screen_heff_condition", "screen_output_condition", "screen_tangent_invariance", "screen_fisher_rank_loss",
 )
 #: Criteria whose spread is over orders of magnitude (plotted on a log axis).
-LOG_SCALE = ("heff_condition", "screen_heff_condition", "screen_output_condition", "condition_backbone")
+LOG_SCALE = ("heff_condition", "screen_heff_condition", "screen_output_condition", "condition_backbone",
+             "heff_stable_rank", "screen_heff_stable_rank")
 _FIRST = ("number", "state", "value", "score", "knn_backbone", "knn_head") + DIMENSIONS
-_LAST = ("seed", "worker", "retry_of", "pruned_by", "fail_reason", "screen_seconds", "train_seconds",
+_LAST = ("seed", "worker", "retry_of", "duplicate_of", "pruned_by", "fail_reason", "screen_seconds", "train_seconds",
          "eval_seconds", "duration_s", "datetime_start")
 
 
@@ -136,9 +137,15 @@ def spearman(xs: Sequence[Any], ys: Sequence[Any]) -> dict[str, Any]:
     return {"rho": rho if math.isfinite(rho) else None, "p": p if math.isfinite(p) else None, "n": n}
 
 
+def _unique_complete(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Completed trials, each head once (trials that repeated a head, ``duplicate_of``, left out)."""
+    return [r for r in rows if r.get("state") == "COMPLETE" and r.get("duplicate_of") is None]
+
+
 def correlations(rows: list[dict[str, Any]], truth: str = TRUTH) -> dict[str, dict[str, Any]]:
-    """Spearman correlation of each criterion in :data:`CORRELATED` with ``truth`` over completed trials."""
-    done = [r for r in rows if r.get("state") == "COMPLETE"]
+    """Spearman correlation of each criterion in :data:`CORRELATED` with ``truth`` over completed
+    trials, each head once."""
+    done = _unique_complete(rows)
     out = {}
     for c in CORRELATED:
         if any(_num(r.get(c)) is not None for r in done):
@@ -148,7 +155,7 @@ def correlations(rows: list[dict[str, Any]], truth: str = TRUTH) -> dict[str, di
 
 def importances(rows: list[dict[str, Any]], target: str) -> dict[str, float]:
     """η² of ``target`` grouped by each head dimension, over completed trials (see the module docstring)."""
-    done = [r for r in rows if r.get("state") == "COMPLETE" and _num(r.get(target)) is not None]
+    done = [r for r in _unique_complete(rows) if _num(r.get(target)) is not None]
     if len(done) < 3:
         return {}
     ys = [float(r[target]) for r in done]
@@ -196,7 +203,7 @@ def _p(v: Any) -> str:
 
 def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], value_key: str, top: int = 5) -> str:
     """The final printed table: the top heads and their criteria, then the correlation table."""
-    done = [r for r in rows if r.get("state") == "COMPLETE" and _num(r.get(value_key)) is not None]
+    done = [r for r in _unique_complete(rows) if _num(r.get(value_key)) is not None]
     done.sort(key=lambda r: -float(r[value_key]))
     lines = [f"top heads (by {value_key}):"]
     hdr = (f"{'trial':>5}  {'depth':>5} {'hidden':>6} {'out':>5} {'act':>8} {'norm':>5} {'last':>14} {'whiten':>6}  "
@@ -246,7 +253,8 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float) -> tuple
         "study": study.study_name, "storage": storage, "objective": cfg.objective, "data": cfg.data,
         "score": "multi" if multi else cfg.score, "criteria": list(study.user_attrs.get("criteria", [])),
         "settings": study.user_attrs.get("search_config"),
-        "trials": {k: counts[k] for k in ("complete", "pruned", "failed", "running", "waiting")},
+        "trials": {**{k: counts[k] for k in ("complete", "pruned", "failed", "running", "waiting")},
+                   "duplicates": sum(1 for r in rows if r.get("duplicate_of") is not None)},
         "spearman": corr.get("score", {"rho": None, "p": None, "n": 0}),
         "correlations": corr,
         "best": best_info,
@@ -260,8 +268,9 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float) -> tuple
     tmp.replace(out / "search.json")
     table = format_table(rows, corr, value_key)
     s = summary["spearman"]
-    head = (f"\n{counts['complete']} complete, {counts['pruned']} pruned, {counts['failed']} failed trial(s); "
-            f"wall time {wall_time:.0f} s")
+    dup = summary["trials"]["duplicates"]
+    head = (f"\n{counts['complete']} complete ({dup} repeating an earlier head), {counts['pruned']} pruned, "
+            f"{counts['failed']} failed trial(s); wall time {wall_time:.0f} s")
     if best_info is not None:
         head += (f"\nbest trial {best_info['number']}: {_describe(best_info['head'])}; score {_fmt(best_info['score'])}, "
                  f"kNN {_fmt(best_info['knn_backbone'])} -> {out / 'best_head.json'}")
@@ -302,7 +311,7 @@ def write_search_plots(out_dir: Path) -> list[Path]:
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; run `geohead search --out {out_dir}` first")
     rows = read_trials_csv(path)
-    done = [r for r in rows if r.get("state") == "COMPLETE"]
+    done = _unique_complete(rows)
     written = []
     for name, fn in zip(PLOTS, (_plot_criteria, _plot_pareto, _plot_importances)):
         fig = fn(done)

@@ -17,8 +17,10 @@ A trial:
    the label-free score (default), kNN accuracy (``score="knn"``), or the four normalised criteria
    (``multi``).
 
-A NaN/inf loss or criterion makes the trial FAIL (reason in its ``fail_reason`` attribute) and the
-study goes on. ``trials`` counts finished trials of the study (complete, pruned, failed), so
+A NaN/inf loss or criterion, or any other error inside a trial, makes the trial FAIL (reason in
+its ``fail_reason`` attribute) and the study goes on. A trial that samples a head an earlier trial
+completed returns that trial's measurements without training again (``duplicate_of``): under
+the common seed the result would be identical. ``trials`` counts finished trials of the study (complete, pruned, failed), so
 rerunning the same command resumes a study until it holds ``trials`` of them; a FAIL that was
 retried (its worker died) is replaced by its retry.
 """
@@ -31,6 +33,7 @@ import os
 import socket
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable
 
@@ -64,6 +67,10 @@ class SearchError(ValueError):
     """Bad search settings (a value that cannot work, with the fix in the message)."""
 
 
+class TrialError(RuntimeError):
+    """A trial raised an unexpected error: Optuna records it as FAIL and the study goes on."""
+
+
 @dataclasses.dataclass
 class SearchConfig:
     """Settings of ``geohead search`` (the defaults are the README's CPU command).
@@ -84,8 +91,8 @@ class SearchConfig:
             normalised criteria; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
         probe_train, probe_test, orbit_images, families, screen_batch: sizes of the measurements.
-        prune: screen and median pruning on; prune_condition: H_eff condition number above which a
-            head that cannot escape collapse is pruned at the screen.
+        prune: screen and median pruning on; prune_stable_rank: H_eff stable rank at the real
+            features below which a head that cannot escape collapse is pruned at the screen.
         heartbeat: seconds between heartbeats of a running trial (RDB storages).
         keep_checkpoints: keep every trial's last.ckpt (default: deleted once the trial is measured;
             ``geohead train --head best_head.json`` retrains the winner at full length).
@@ -120,7 +127,7 @@ class SearchConfig:
     families: tuple[str, ...] = DEFAULT_FAMILIES
     screen_batch: int = 256
     prune: bool = True
-    prune_condition: float = 1e6
+    prune_stable_rank: float = 2.0
     heartbeat: int = 20
     keep_checkpoints: bool = False
     progress: bool = True
@@ -145,7 +152,7 @@ class SearchConfig:
         """The settings every trial of one study must share (a resumed study checks them)."""
         keys = ("objective", "data", "test", "n_train", "img_size", "backbone", "steps", "batch_size", "seed",
                 "score", "multi", "fix", "ranges", "overrides", "probe_train", "probe_test", "orbit_images",
-                "families", "screen_batch", "prune", "prune_condition")
+                "families", "screen_batch", "prune", "prune_stable_rank")
         d = dataclasses.asdict(self)
         return {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keys}
 
@@ -184,8 +191,9 @@ class SearchConfig:
         parse_constraints(self.fix, self.ranges)  # raises SpaceError (a ValueError) with the fix
         for text in self.overrides:
             key = text.partition("=")[0].strip()
-            if key.startswith("head.spec") or key in ("head.file", "head.preset"):
-                raise SearchError(f"--set {text!r}: the search chooses the head; use --fix/--range for its dimensions")
+            if key in ("head.file", "head.preset", "head.spec") or key in {f"head.spec.{d}" for d in DIMENSIONS}:
+                raise SearchError(f"--set {text!r}: the search chooses the head; use --fix/--range for its dimensions "
+                                  "(--set head.spec.KEY is for fields it does not search, e.g. prototypes)")
             if key in ("out", "optim.max_steps", "probe.enabled"):
                 raise SearchError(f"--set {text!r}: {key} is set by the search (use --out / --steps)")
         return self
@@ -329,6 +337,31 @@ class TrialRunner:
         return self.cfg.out_dir / "trials" / f"{number:04d}"
 
     def objective(self, trial: Any) -> float | tuple[float, ...]:
+        """Optuna's objective: one trial (see the module docstring). Any error inside a trial
+        (numerical or not) makes it FAIL with the reason recorded; the study goes on."""
+        import optuna
+
+        try:
+            return self._objective(trial)
+        except (optuna.TrialPruned, TrialDiverged):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad trial must not end a long study
+            reason = f"{type(exc).__name__}: {exc}"
+            trial.set_user_attr("fail_reason", reason[:500])
+            self.echo(f"trial {trial.number} failed with an error:\n{traceback.format_exc(limit=-6)}")
+            raise TrialError(reason) from exc
+
+    def _duplicate(self, trial: Any, spec: Any) -> Any | None:
+        """A completed trial of the same head (trials are deterministic given the common seed)."""
+        from optuna.trial import TrialState
+
+        head = spec.to_dict()
+        for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if t.user_attrs.get("head") == head and "duplicate_of" not in t.user_attrs:
+                return t
+        return None
+
+    def _objective(self, trial: Any) -> float | tuple[float, ...]:
         import optuna
 
         from geohead.config import config_from_dict
@@ -345,6 +378,13 @@ class TrialRunner:
         trial.set_user_attr("head", spec.to_dict())
         trial.set_user_attr("seed", cfg.seed)
         trial.set_user_attr("worker", self.worker_id)
+        same = self._duplicate(trial, spec)
+        if same is not None:  # the same head under the same seed: its measurements, without training again
+            for k, v in same.user_attrs.items():
+                if k not in ("trial", "worker", "retry_of", "head", "seed"):
+                    trial.set_user_attr(k, v)
+            trial.set_user_attr("duplicate_of", same.number)
+            return tuple(same.values) if cfg.multi else same.values[0]
         self.echo(f"trial {trial.number}: {describe_spec(spec)}" + (f" (retry of trial {retry_of})" if retry_of is not None else ""))
 
         def fail(reason: str) -> TrialDiverged:
@@ -357,7 +397,7 @@ class TrialRunner:
             raise fail(str(exc)) from None
         for k, v in crit.items():
             trial.set_user_attr(k, v)
-        verdict = screen_verdict(crit, cfg.prune_condition)
+        verdict = screen_verdict(crit, cfg.prune_stable_rank)
         if verdict and cfg.prune and not cfg.multi:
             trial.set_user_attr("pruned_by", verdict)
             raise optuna.TrialPruned(verdict)
@@ -521,7 +561,8 @@ def _work(cfg: SearchConfig, worker: int, url: str, deadline: float | None, echo
             runner = TrialRunner(cfg, worker, echo_w)
             echo_w(f"search space (d={runner.in_dim}, {runner.space.size()} heads):\n{runner.space.describe()}\n"
                    f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
-        study.optimize(runner.objective, n_trials=1, catch=(TrialDiverged,), callbacks=[finished], gc_after_trial=True)
+        study.optimize(runner.objective, n_trials=1, catch=(TrialDiverged, TrialError), callbacks=[finished],
+                       gc_after_trial=True)
 
 
 def _quiet() -> None:
@@ -547,6 +588,8 @@ def trial_line(t: Any) -> str:
     desc = describe_spec(HeadSpec.from_dict(head)) if head else "?"
     state = t.state.name
     dur = t.duration.total_seconds() if t.duration is not None else float("nan")
+    if state == "COMPLETE" and "duplicate_of" in ua:
+        return f"trial {t.number} COMPLETE = trial {ua['duplicate_of']} (same head, not trained again) | {desc}"
     if state == "COMPLETE":
         knn = ua.get("knn_backbone")
         knn_s = f" kNN {knn:.3f}" if knn is not None else ""
