@@ -63,7 +63,8 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
     out["escape"] = escape_curvature(model.head, objective, predictor=model.predictor, teacher=teacher.head, batch_size=6,
                                      kind="complete", mode="fast", generator=torch.Generator().manual_seed(seed)).to_dict()
     test = load_dataset("shapes", train=False, n=48, img_size=32, seed=0)
-    views = make_view_fn("byol", 32, mean, std)(test.images[:8], torch.Generator().manual_seed(seed))
+    views = make_view_fn(cfg.data.views or "byol", 32, mean, std, **dict(cfg.data.view_args or {}))(
+        test.images[:8], torch.Generator().manual_seed(seed))
     with torch.no_grad():
         z1, z2 = (model.backbone(v.contiguous(memory_format=torch.channels_last)) for v in views[:2])
     eh = EffectiveHessian(model.head, objective, z1, z2, predictor=model.predictor, teacher=teacher.head, bn_mode="eval",
