@@ -231,3 +231,12 @@ def test_batched_tangent_invariance_equals_the_reference(d, probes, depth) -> No
         assert g[key] == pytest.approx(r[key], rel=1e-10, abs=1e-14), key
     assert got.rank_backbone == 3 and got.n_tangents == 14
     assert got.fisher_rank_loss == (1 if depth == 1 else 0)
+
+
+def test_local_workers_spread_over_the_visible_gpus() -> None:
+    from geohead.search.runner import worker_device
+
+    assert [worker_device("cuda", i, 4) for i in range(6)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
+    assert worker_device("auto", 3, 2) == "cuda:1"
+    assert worker_device("auto", 3, 0) == "auto" and worker_device("cuda", 2, 1) == "cuda"  # no GPU / one GPU
+    assert worker_device("cuda:2", 0, 4) == "cuda:2" and worker_device("cpu", 1, 4) == "cpu"  # explicit choice kept

@@ -519,6 +519,16 @@ def create_study(cfg: SearchConfig, storage: Any) -> Any:
     return study
 
 
+def worker_device(device: str, worker: int, n_cuda: int) -> str:
+    """The device of local worker ``worker``: with ``auto``/``cuda`` and several visible GPUs,
+    worker i takes ``cuda:(i mod n_cuda)`` (one trial per GPU); an explicit ``cuda:K`` or
+    ``cpu`` is kept as given.
+    """
+    if device in ("auto", "cuda") and n_cuda > 1:
+        return f"cuda:{worker % n_cuda}"
+    return device
+
+
 def _work(cfg: SearchConfig, worker: int, url: str, deadline: float | None, echo: Callable[[str], None] | None = None) -> None:
     """One worker: run trials until the study holds ``cfg.trials`` finished trials or time is up."""
     import optuna
@@ -530,6 +540,7 @@ def _work(cfg: SearchConfig, worker: int, url: str, deadline: float | None, echo
     say = echo or (lambda s: print(s, file=sys.stderr, flush=True))
     if cfg.workers > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
+        cfg = dataclasses.replace(cfg, device=worker_device(cfg.device, worker, torch.cuda.device_count()))
         prefix = f"[worker {worker}] "
         echo_w = lambda s: say(prefix + s)  # noqa: E731
     else:
