@@ -396,6 +396,16 @@ def tangent_invariance(
             u = (torch.randint(0, 2, (m, d), generator=g) * 2 - 1).to(device=z.device, dtype=dtype)
             jf += torch.func.jvp(h, (z,), (u,))[1].to(torch.float64).pow(2).sum(1)
         jf /= num_probes
+    return summarise_tangents(v, jv, jf, d, rtol, bool(exact), lambda q: tangent_fisher(h, z, q.to(dtype)))
+
+
+def summarise_tangents(v: Tensor, jv: Tensor, jf: Tensor, d: int, rtol: float, exact: bool,
+                       fisher: Callable[[Tensor], Tensor]) -> TangentInvariance:
+    """The :class:`TangentInvariance` of tangents v (M, d), their images J_h v (M, k), the
+    per-point ‖J_h(z_m)‖_F² jf (M,) (exact or Hutchinson) and ``fisher(Q)`` -> F_T (r, r) for an
+    orthonormal basis Q (d, r) of the tangent span (float64). Shared by
+    :func:`tangent_invariance` and the search's batched screen.
+    """
     v64, jv64 = v.to(torch.float64), jv.to(torch.float64)
     vn2 = v64.pow(2).sum(1)
     ok = vn2 > 0
@@ -409,8 +419,7 @@ def tangent_invariance(
     rank_b = int((sv_b > rtol * smax).sum()) if smax > 0 else 0
     rank_h = 0
     if rank_b > 0:
-        fisher = tangent_fisher(h, z, wh[:rank_b].T.to(dtype))
-        evals = torch.linalg.eigvalsh(fisher)
+        evals = torch.linalg.eigvalsh(fisher(wh[:rank_b].T))
         rank_h = int((evals > rtol**2 * rms_gain**2).sum())
     return TangentInvariance(
         tangent_gain=float(gain_t.mean()) if gain_t.numel() else float("nan"),
@@ -422,7 +431,7 @@ def tangent_invariance(
         fisher_rank_loss=rank_b - rank_h,
         n_tangents=int(ok.sum()),
         rtol=rtol,
-        jacobian_exact=bool(exact),
+        jacobian_exact=exact,
     )
 
 

@@ -122,7 +122,7 @@ def tangent_invariance_batched(head: nn.Module, z: Tensor, v: Tensor, *, rtol: f
     16x faster for a 512 -> 2048 x 3 head, r = 10, M = 10, one CPU thread (identical result).
     ``tests/test_search_space.py`` checks it against the reference function.
     """
-    from geohead.geometry.invariance import TangentInvariance
+    from geohead.geometry.invariance import summarise_tangents
     from geohead.geometry.operators import functional_module
 
     if z.dim() != 2 or v.shape != z.shape:
@@ -148,37 +148,14 @@ def tangent_invariance_batched(head: nn.Module, z: Tensor, v: Tensor, *, rtol: f
         jf += row
     if not exact:
         jf /= num_probes
-    v64, jv64 = v.to(torch.float64), jv.to(torch.float64)
-    vn2 = v64.pow(2).sum(1)
-    ok = vn2 > 0
-    gain_t = jv64.pow(2).sum(1)[ok] / vn2[ok]
-    gain_j = jf / d
-    inv = gain_t / gain_j[ok].clamp_min(1e-300)
-    rms_gain = math.sqrt(float(gain_j.mean()))
-    killed = (gain_t.sqrt() < rtol * gain_j[ok].sqrt()).to(torch.float64)
-    _, sv_b, wh = torch.linalg.svd(v64, full_matrices=False)
-    smax = float(sv_b.max()) if sv_b.numel() else 0.0
-    rank_b = int((sv_b > rtol * smax).sum()) if smax > 0 else 0
-    rank_h = 0
-    if rank_b > 0:
-        q = wh[:rank_b].T.to(dtype)  # (d, r) orthonormal basis of the tangent span
-        dirs = q.T.repeat_interleave(m, 0)  # (r·m, d): direction j at every point
-        jq = _jvp_batched(h, z.repeat(rank_b, 1), dirs, max_batch).to(torch.float64).view(rank_b, m, -1)
-        fisher = torch.einsum("rmk,smk->rs", jq, jq) / m
-        evals = torch.linalg.eigvalsh(fisher)
-        rank_h = int((evals > rtol**2 * rms_gain**2).sum())
-    return TangentInvariance(
-        tangent_gain=float(gain_t.mean()) if gain_t.numel() else float("nan"),
-        jacobian_gain=float(gain_j.mean()),
-        invariance=float(inv.mean()) if inv.numel() else float("nan"),
-        killed_fraction=float(killed.mean()) if killed.numel() else float("nan"),
-        rank_backbone=rank_b,
-        rank_head=rank_h,
-        fisher_rank_loss=rank_b - rank_h,
-        n_tangents=int(ok.sum()),
-        rtol=rtol,
-        jacobian_exact=bool(exact),
-    )
+
+    def fisher(q: Tensor) -> Tensor:  # q (d, r): one jvp on the M·r stacked (point, direction) pairs
+        r = q.shape[1]
+        dirs = q.T.to(dtype).repeat_interleave(m, 0)  # (r·m, d): direction j at every point
+        jq = _jvp_batched(h, z.repeat(r, 1), dirs, max_batch).to(torch.float64).view(r, m, -1)
+        return torch.einsum("rmk,smk->rs", jq, jq) / m
+
+    return summarise_tangents(v, jv, jf, d, rtol, exact, fisher)
 
 
 # ---------------------------------------------------------------------- H_eff conditioning
