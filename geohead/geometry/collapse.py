@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from geohead.geometry.hessian import MODES, EffectiveHessian, Mode, count_negative, m_over_h_ratio
+from geohead.geometry.hessian import EffectiveHessian, Mode, count_negative, m_over_h_ratio, mode_settings
 from geohead.geometry.spectral import LanczosResult, lanczos
 
 
@@ -195,14 +195,8 @@ def escape_curvature(
 
     Returns: :class:`EscapeCurvature`.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use one of {list(MODES)}")
-    cfg = MODES[mode]
-    k = cfg["k"] if k is None else k
-    max_iter = cfg["max_iter"] if max_iter is None else max_iter
-    lanczos_tol = cfg["lanczos_tol"] if lanczos_tol is None else lanczos_tol
-    fro_probes = cfg["fro_probes"] if fro_probes is None else fro_probes
-    dtype = cfg["dtype"] if dtype is None else dtype
+    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes, dtype=dtype)
+    k, max_iter, lanczos_tol, fro_probes, dtype = (cfg[n] for n in ("k", "max_iter", "lanczos_tol", "fro_probes", "dtype"))
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     g = generator if generator is not None else torch.Generator().manual_seed(0)

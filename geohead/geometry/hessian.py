@@ -65,6 +65,13 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 
+def mode_settings(mode: str, **given: Any) -> dict[str, Any]:
+    """The settings of ``mode`` (see :data:`MODES`) with every ``given`` value that is not None."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {list(MODES)}")
+    return {**MODES[mode], **{k: v for k, v in given.items() if v is not None}}
+
+
 def _check_finite(x: Tensor, name: str) -> None:
     bad = int((~torch.isfinite(x)).sum())
     if bad:
@@ -432,13 +439,8 @@ def spectrum_summary(
             operator's dtype is whatever the EffectiveHessian was built with).
         max_iter, lanczos_tol, fro_probes: override the mode's settings.
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use one of {list(MODES)}")
-    cfg = MODES[mode]
-    k = cfg["k"] if k is None else k
-    max_iter = cfg["max_iter"] if max_iter is None else max_iter
-    lanczos_tol = cfg["lanczos_tol"] if lanczos_tol is None else lanczos_tol
-    fro_probes = cfg["fro_probes"] if fro_probes is None else fro_probes
+    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes)
+    k, max_iter, lanczos_tol, fro_probes = cfg["k"], cfg["max_iter"], cfg["lanczos_tol"], cfg["fro_probes"]
     eh = op if isinstance(op, EffectiveHessian) else None
     A = eh.H if eh is not None else as_operator(op, dim)
     start = A.n_matvec
