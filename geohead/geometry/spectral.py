@@ -129,6 +129,24 @@ def _tridiag(alpha: list[float], beta: list[float]) -> Tensor:
     return t
 
 
+def _lanczos_step(op: Operator, basis: Tensor, m: int, beta: list[float]) -> tuple[float, Tensor, float]:
+    """One Lanczos step from q = basis[m]: α_m = qᵀAq and the next residual w = Aq − α_m q − β_{m−1}
+    q_{m−1}, reorthogonalised (twice) against basis[:m+1]; returns (α_m, w, ‖w‖).
+    Raises FloatingPointError when the operator returns non-finite values."""
+    q = basis[m]
+    w = op(q)
+    if not torch.isfinite(w).all():
+        raise FloatingPointError(f"operator {op.name!r} returned non-finite values at Lanczos step {m}")
+    a = float(torch.dot(q, w))
+    w = w - a * q
+    if m > 0:
+        w = w - beta[m - 1] * basis[m - 1]
+    qb = basis[: m + 1]
+    for _ in range(2):  # full reorthogonalisation, twice
+        w = w - qb.T @ (qb @ w)
+    return a, w, float(w.norm())
+
+
 def lanczos(
     op: Operator | Callable[[Tensor], Tensor],
     dim: int | None = None,
@@ -213,18 +231,8 @@ def lanczos(
             grown[:m] = basis[:m]
             basis = grown
         basis[m] = q
-        w = op(q)
-        if not torch.isfinite(w).all():
-            raise FloatingPointError(f"operator {op.name!r} returned non-finite values at Lanczos step {m}")
-        a = torch.dot(q, w)
-        alpha.append(float(a))
-        w = w - a * q
-        if m > 0:
-            w = w - beta[m - 1] * basis[m - 1]
-        qb = basis[: m + 1]
-        for _ in range(2):  # full reorthogonalisation, twice
-            w = w - qb.T @ (qb @ w)
-        b = float(w.norm())
+        a, w, b = _lanczos_step(op, basis, m, beta)
+        alpha.append(a)
         m += 1
         beta.append(b)
         theta, s = torch.linalg.eigh(_tridiag(alpha, beta))
@@ -377,17 +385,9 @@ def _lanczos_fixed(op: Operator, v: Tensor, steps: int) -> tuple[Tensor, Tensor]
     scale = 0.0
     for m in range(steps):
         basis[m] = q
-        w = op(q)
-        a = torch.dot(q, w)
-        alpha.append(float(a))
-        w = w - a * q
-        if m > 0:
-            w = w - beta[m - 1] * basis[m - 1]
-        qb = basis[: m + 1]
-        for _ in range(2):
-            w = w - qb.T @ (qb @ w)
-        b = float(w.norm())
-        scale = max(scale, abs(float(a)), b)
+        a, w, b = _lanczos_step(op, basis, m, beta)
+        alpha.append(a)
+        scale = max(scale, abs(a), b)
         if m == steps - 1 or b <= 10 * eps * max(scale, 1e-300) * math.sqrt(m + 1):
             break
         beta.append(b)
