@@ -240,3 +240,28 @@ def test_local_workers_spread_over_the_visible_gpus() -> None:
     assert worker_device("auto", 3, 2) == "cuda:1"
     assert worker_device("auto", 3, 0) == "auto" and worker_device("cuda", 2, 1) == "cuda"  # no GPU / one GPU
     assert worker_device("cuda:2", 0, 4) == "cuda:2" and worker_device("cpu", 1, 4) == "cpu"  # explicit choice kept
+
+
+def test_missing_cifar_fails_before_anything_is_written_and_names_download(tmp_path) -> None:
+    res = CliRunner().invoke(main, ["search", "--out", str(tmp_path / "s"), "--data", "cifar10",
+                                    "--data-root", str(tmp_path / "no_cifar_here")])
+    assert res.exit_code == 2, res.output
+    assert "cifar10 not found under" in res.output and "--download" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_download_is_asked_once_before_the_workers(tmp_path, monkeypatch) -> None:
+    import geohead.data
+    from geohead.search.runner import SearchConfig, SearchError, run_search
+
+    calls = []
+
+    def fake_load(name, root=None, train=True, download=False, **kw):
+        calls.append((name, root, train, download))
+        raise FileNotFoundError("offline")
+
+    monkeypatch.setattr(geohead.data, "load_dataset", fake_load)
+    with pytest.raises(SearchError, match="--data 'cifar10': offline"):
+        run_search(SearchConfig(data="cifar10", data_root=str(tmp_path / "c"), download=True, out=str(tmp_path / "s")))
+    assert calls == [("cifar10", str(tmp_path / "c"), True, True)]
+    assert not (tmp_path / "s").exists()

@@ -30,6 +30,8 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--objective", default="barlow", show_default=True, help="SSL objective: simclr, byol, simsiam, barlow, vicreg, dino.")
 @click.option("--data", default="shapes", show_default=True, help="Training data: shapes (built in), cifar10, cifar100, an .npz file or an image folder.")
 @click.option("--test", "test", default=None, help="Probe test data (default: the built-in dataset's test split, or a held-out part of --data).")
+@click.option("--data-root", default=None, help="Folder of torchvision's CIFAR files (default: $GEOHEAD_DATA or ~/.cache/geohead/data).")
+@click.option("--download", is_flag=True, help="Let torchvision download CIFAR into --data-root (needs internet).")
 @click.option("--n-train", type=int, default=None, help="Training images (default: the dataset's default / all).")
 @click.option("--img-size", type=int, default=32, show_default=True)
 @click.option("--backbone", default=None, help="Backbone name (default: the small CPU default resnet18_w16).")
@@ -56,7 +58,7 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--heartbeat", type=int, default=20, show_default=True, help="Seconds between heartbeats of a running trial (RDB storages).")
 @click.option("--keep-checkpoints", is_flag=True, help="Keep every trial's last.ckpt.")
 @click.option("--no-progress", is_flag=True, help="No progress bar per trial.")
-def search(objective: str, data: str, test: str | None, n_train: int | None, img_size: int, backbone: str | None,
+def search(objective: str, data: str, test: str | None, data_root: str | None, download: bool, n_train: int | None, img_size: int, backbone: str | None,
            steps: int, batch_size: int, trials: int, timeout: str, workers: int, storage: str | None, study: str | None,
            out: str | None, seed: int, device: str, score: str, multi: bool, sampler: str | None, fix: tuple[str, ...],
            ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool,
@@ -72,7 +74,7 @@ def search(objective: str, data: str, test: str | None, n_train: int | None, img
     from geohead.search import SearchConfig, SearchError, SpaceError, run_search
 
     cfg = SearchConfig(
-        objective=objective, out=out, data=data, test=test, n_train=n_train, img_size=img_size, backbone=backbone,
+        objective=objective, out=out, data=data, test=test, data_root=data_root, download=download, n_train=n_train, img_size=img_size, backbone=backbone,
         steps=steps, batch_size=batch_size, trials=trials, timeout=_timeout(timeout), workers=workers,
         storage=storage, study=study, seed=seed, device=device, score=score, multi=multi, sampler=sampler,
         fix=tuple(fix), ranges=tuple(ranges), overrides=tuple(overrides), probe_train=probe_train,

@@ -156,8 +156,8 @@ def _load_cifar(name: str, root: str | os.PathLike | None, train: bool, download
         ds = cls(str(base), train=train, download=download)
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted."
         raise FileNotFoundError(
-            f"{name} not found under {str(base)!r} ({e}). Pass download=True (needs internet; the CLI's "
-            f"--download), point root at a folder holding torchvision's '{cls.base_folder}', or use an "
+            f"{name} not found under {str(base)!r} ({e}). Pass download=True (needs internet; in a recipe "
+            f"data.download = true, for geohead search --download), point root at a folder holding torchvision's '{cls.base_folder}', or use an "
             f".npz copy: load_dataset('path/to/{name}.npz') with {NPZ_LAYOUT}."
         ) from e
     mean, std = CIFAR_STATS[name]

@@ -80,6 +80,8 @@ class SearchConfig:
         out: output folder (default ``runs/search_<objective>``).
         data, test: training data (name or path) and probe test data (None: the built-in
             dataset's test split, or a held-out part of a file).
+        data_root, download: folder of torchvision's CIFAR files (None: ``$GEOHEAD_DATA`` or
+            ``~/.cache/geohead/data``) and whether torchvision may download them there.
         n_train: training images (None: the dataset's default / all).
         img_size, backbone: image side, backbone name (None: the small CPU default).
         steps, batch_size: per-trial training budget.
@@ -103,6 +105,8 @@ class SearchConfig:
     out: str | None = None
     data: str = "shapes"
     test: str | None = None
+    data_root: str | None = None
+    download: bool = False
     n_train: int | None = None
     img_size: int = 32
     backbone: str | None = None
@@ -227,7 +231,8 @@ class TrialRunner:
         self.device = resolve_device(cfg.device)
         seed = cfg.seed
         try:
-            data = load_dataset(cfg.data, train=True, n=cfg.n_train, img_size=cfg.img_size, seed=seed)
+            data = load_dataset(cfg.data, root=cfg.data_root, download=cfg.download, train=True, n=cfg.n_train,
+                                img_size=cfg.img_size, seed=seed)
         except (ValueError, FileNotFoundError) as exc:
             raise SearchError(f"--data {cfg.data!r}: {exc}") from None
         n = len(data)
@@ -237,7 +242,7 @@ class TrialRunner:
         epochs = cfg.steps / spe
         base: dict[str, Any] = {
             "objective": cfg.objective, "seed": seed, "device": cfg.device,
-            "data": {"name": cfg.data, "n_train": cfg.n_train, "img_size": cfg.img_size,
+            "data": {"name": cfg.data, "root": cfg.data_root, "n_train": cfg.n_train, "img_size": cfg.img_size,
                      "view_args": dict(SHAPES_VIEW_ARGS) if cfg.data == "shapes" else {}},
             "backbone": {"name": cfg.backbone} if cfg.backbone else {},
             "optim": {"batch_size": cfg.batch_size, "max_steps": cfg.steps, "epochs": epochs, "warmup_epochs": 0.1 * epochs},
@@ -257,7 +262,8 @@ class TrialRunner:
         g = torch.Generator().manual_seed(seed)
         if cfg.test is None and cfg.data in BUILTIN_DATA:
             try:
-                test = load_dataset(cfg.data, train=False, n=cfg.probe_test, img_size=cfg.img_size, seed=seed)
+                test = load_dataset(cfg.data, root=cfg.data_root, download=cfg.download, train=False,
+                                    n=cfg.probe_test, img_size=cfg.img_size, seed=seed)
             except (ValueError, FileNotFoundError) as exc:
                 raise SearchError(f"test split of {cfg.data!r}: {exc}") from None
             probe_tr = data.subset(torch.arange(min(n, cfg.probe_train)))
@@ -270,7 +276,8 @@ class TrialRunner:
                       "(they are also in the unlabelled training set); pass --test for a separate split")
         else:
             try:
-                test = load_dataset(cfg.test, train=False, n=cfg.probe_test, img_size=cfg.img_size, seed=seed)
+                test = load_dataset(cfg.test, root=cfg.data_root, download=cfg.download, train=False,
+                                    n=cfg.probe_test, img_size=cfg.img_size, seed=seed)
             except (ValueError, FileNotFoundError) as exc:
                 raise SearchError(f"--test {cfg.test!r}: {exc}") from None
             probe_tr = data.subset(torch.arange(min(n, cfg.probe_train)))
@@ -612,6 +619,23 @@ def trial_line(t: Any) -> str:
     return f"trial {t.number} {state} ({ua.get('fail_reason', 'error')}) | {desc} | {dur:.1f}s"
 
 
+def _check_data(cfg: SearchConfig) -> None:
+    """Fail early, naming the flag, when --data or --test cannot be read (one image of each split
+    the search will use); with ``download`` this is where torchvision downloads the files."""
+    from geohead.data import load_dataset
+
+    reads = [("--data", cfg.data, True)]
+    if cfg.test is not None:
+        reads.append(("--test", cfg.test, False))
+    elif cfg.data in BUILTIN_DATA:
+        reads.append(("--data", cfg.data, False))
+    for flag, name, train in reads:
+        try:
+            load_dataset(name, root=cfg.data_root, download=cfg.download, train=train, n=1, img_size=cfg.img_size)
+        except (ValueError, FileNotFoundError) as exc:
+            raise SearchError(f"{flag} {name!r}: {exc}") from None
+
+
 def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> SearchResult:
     """Run (or resume) the search of ``cfg`` and write its outputs; see the module docstring.
 
@@ -623,6 +647,8 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     from geohead.search.storage import describe, open_storage, storage_url
 
     cfg.validate()
+    _check_data(cfg)  # before anything is written; downloads here (once) when asked
+    cfg = dataclasses.replace(cfg, download=False)
     _quiet()
     say = echo or (lambda s: print(s, file=sys.stderr, flush=True))
     out = cfg.out_dir
