@@ -37,7 +37,7 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--backbone", default=None, help="Backbone name (default: the small CPU default resnet18_w16).")
 @click.option("--steps", type=int, default=100, show_default=True, help="Training steps per trial.")
 @click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--trials", type=int, default=40, show_default=True, help="Finished trials the study should hold (a rerun resumes up to this).")
+@click.option("--trials", type=int, default=100, show_default=True, help="Finished trials the study should hold (a rerun resumes up to this); on CPU the --timeout usually ends the search first.")
 @click.option("--timeout", default="480", show_default=True, help="No new trial starts after this long (seconds, or 8m / 1.5h; 0 = no limit).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Local worker processes sharing the storage.")
 @click.option("--storage", default=None, help="Optuna storage: sqlite:///file.db (default: OUT/study.db), postgresql://user@host/db, or a journal file (journal:PATH or *.log).")

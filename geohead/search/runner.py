@@ -112,7 +112,7 @@ class SearchConfig:
     backbone: str | None = None
     steps: int = 100
     batch_size: int = 256
-    trials: int = 40
+    trials: int = 100
     timeout: float | None = 480.0
     workers: int = 1
     storage: str | None = None
