@@ -260,26 +260,20 @@ class TrialRunner:
 
         # probe splits: the training data's first images vs the test split (or a held-out part)
         g = torch.Generator().manual_seed(seed)
-        if cfg.test is None and cfg.data in BUILTIN_DATA:
-            try:
-                test = load_dataset(cfg.data, root=cfg.data_root, download=cfg.download, train=False,
-                                    n=cfg.probe_test, img_size=cfg.img_size, seed=seed)
-            except (ValueError, FileNotFoundError) as exc:
-                raise SearchError(f"test split of {cfg.data!r}: {exc}") from None
-            probe_tr = data.subset(torch.arange(min(n, cfg.probe_train)))
-        elif cfg.test is None:
+        if cfg.test is None and cfg.data not in BUILTIN_DATA:
             perm = torch.randperm(n, generator=g)
             n_te = min(cfg.probe_test, n // 3)
             test = data.subset(perm[:n_te].sort().values)
             probe_tr = data.subset(perm[n_te:n_te + cfg.probe_train].sort().values)
             self.echo(f"note: no --test given; kNN is measured on {n_te} held-out images of {cfg.data} "
                       "(they are also in the unlabelled training set); pass --test for a separate split")
-        else:
+        else:  # --test, or the built-in dataset's own test split
+            name, what = (cfg.test, "--test") if cfg.test is not None else (cfg.data, "test split of")
             try:
-                test = load_dataset(cfg.test, root=cfg.data_root, download=cfg.download, train=False,
+                test = load_dataset(name, root=cfg.data_root, download=cfg.download, train=False,
                                     n=cfg.probe_test, img_size=cfg.img_size, seed=seed)
             except (ValueError, FileNotFoundError) as exc:
-                raise SearchError(f"--test {cfg.test!r}: {exc}") from None
+                raise SearchError(f"{what} {name!r}: {exc}") from None
             probe_tr = data.subset(torch.arange(min(n, cfg.probe_train)))
         has_labels = int(torch.unique(probe_tr.labels).numel()) > 1
         if cfg.score == "knn" and not has_labels:
