@@ -211,28 +211,13 @@ def real_feature_batch(tm: TrainedModels, images: Tensor, mean, std, cfg, seed: 
         return tm.model.backbone(views[0]).float(), tm.model.backbone(views[1]).float()
 
 
-def orbit_encoder(tm: TrainedModels, mean, std, device: torch.device):
-    """images in [0, 1] (N, 3, H, W) -> backbone features (N, d): normalise, eval-mode backbone."""
-    m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    sd = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-
-    def encode(x: Tensor) -> Tensor:
-        x = ((x.to(device, torch.float32) - m) / sd)
-        if tm.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        with torch.no_grad():
-            return tm.model.backbone(x).float()
-
-    return encode
-
-
 def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings | None = None, progress=None) -> dict[str, Any]:
     """The geometry report of a checkpoint (see the module docstring); a JSON-ready dict.
 
     ``progress`` (optional) is called with a short string before each part.
     """
     from geohead.data import ORBIT_FAMILIES, load_dataset
-    from geohead.features import extract
+    from geohead.features import extract, image_encoder
     from geohead.geometry import (
         EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
     )
@@ -282,7 +267,7 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
 
     n_orb = min(s.n_orbit_images, len(test))
     images01 = test.images[:n_orb].float() / 255.0
-    encode = orbit_encoder(tm, mean, std, device)
+    encode = image_encoder(tm.model.backbone, mean, std, device, channels_last=tm.channels_last)
     orbits = {}
     for name in s.families:
         fam = ORBIT_FAMILIES[name]
@@ -403,4 +388,4 @@ def default_json_path(source: str | os.PathLike) -> Path:
 
 
 __all__ = ["DiagnoseSettings", "TrainedModels", "default_json_path", "diagnose", "fmt", "format_table", "load_trained",
-           "orbit_encoder", "real_feature_batch"]
+           "real_feature_batch"]

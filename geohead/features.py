@@ -1,7 +1,7 @@
 """Frozen features: backbone and head outputs of a whole image set, computed once, in eval mode."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -12,6 +12,30 @@ def to_float(images: Tensor, mean: Sequence[float], std: Sequence[float]) -> Ten
     m = torch.tensor(mean, device=images.device, dtype=torch.float32).view(1, -1, 1, 1)
     s = torch.tensor(std, device=images.device, dtype=torch.float32).view(1, -1, 1, 1)
     return (images.float() / 255.0 - m) / s
+
+
+def image_encoder(
+    backbone: nn.Module,
+    mean: Sequence[float],
+    std: Sequence[float],
+    device: torch.device | str = "cpu",
+    channels_last: bool = False,
+) -> Callable[[Tensor], Tensor]:
+    """``encode(x)``: images in [0, 1] (N, 3, H, W) -> backbone features (N, d), float32 on
+    ``device``: normalised ``(x - mean) / std``, channels-last when asked, without gradients. The
+    backbone runs in whatever mode the caller left it (eval for frozen features); this is the
+    ``encode`` that :func:`geohead.geometry.invariance.build_orbits` takes."""
+    m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+
+    @torch.no_grad()
+    def encode(x: Tensor) -> Tensor:
+        x = (x.to(device, torch.float32) - m) / s
+        if channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return backbone(x).float()
+
+    return encode
 
 
 @torch.no_grad()

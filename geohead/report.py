@@ -60,10 +60,17 @@ def _matplotlib():
     return Figure, FigureCanvasAgg
 
 
-def _figure(ncols: int = 1, width: float = 6.4, height: float = 4.0):
+def agg_figure(width: float, height: float, **kwargs: Any):
+    """A matplotlib ``Figure`` (width × height inches) on the Agg canvas, whatever pyplot's
+    backend is (pyplot is never imported); ``kwargs`` go to ``Figure``."""
     Figure, FigureCanvasAgg = _matplotlib()
-    fig = Figure(figsize=(width * ncols, height), layout="constrained")
-    FigureCanvasAgg(fig)  # the Agg canvas, whatever pyplot's backend is
+    fig = Figure(figsize=(width, height), **kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _figure(ncols: int = 1, width: float = 6.4, height: float = 4.0):
+    fig = agg_figure(width * ncols, height, layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, axes
 

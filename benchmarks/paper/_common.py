@@ -191,15 +191,10 @@ def train_or_load(cfg, overwrite: bool = False):
 
 
 def encoder(backbone: nn.Module, mean: Sequence[float], std: Sequence[float]):
-    """images in [0, 1] (N, 3, H, W) → backbone features (N, d), eval mode, no grad."""
-    m = torch.tensor(mean).view(1, -1, 1, 1)
-    s = torch.tensor(std).view(1, -1, 1, 1)
+    """images in [0, 1] (N, 3, H, W) → backbone features (N, d), no grad (the backbone's mode as left)."""
+    from geohead.features import image_encoder
 
-    @torch.no_grad()
-    def encode(x: Tensor) -> Tensor:
-        return backbone((x - m) / s).float()
-
-    return encode
+    return image_encoder(backbone, mean, std)
 
 
 @torch.no_grad()

@@ -70,18 +70,9 @@ class TrialDiverged(RuntimeError):
 @torch.no_grad()
 def calibrate_batchnorm(module: nn.Module, batches: Sequence[Tensor]) -> nn.Module:
     """Set every BatchNorm's running statistics to the exact mean/variance of ``batches``
-    (cumulative average, momentum None), then put the module in eval mode. Returns ``module``."""
-    bns = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
-    saved = [m.momentum for m in bns]
-    for m in bns:
-        m.reset_running_stats()
-        m.momentum = None
-    module.train()
-    if bns:
-        for x in batches:
-            module(x)
-    for m, mom in zip(bns, saved):
-        m.momentum = mom
+    (``torch.optim.swa_utils.update_bn``: cumulative average), then put the module in eval mode.
+    Returns ``module``."""
+    torch.optim.swa_utils.update_bn(batches, module)
     return module.eval()
 
 
@@ -329,7 +320,7 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
                      device: torch.device | str = "cpu") -> dict[str, float]:
     """Criteria of a trained (backbone, head) pair (see the module docstring); modes are restored."""
     from geohead.data import ORBIT_FAMILIES
-    from geohead.features import extract
+    from geohead.features import extract, image_encoder
     from geohead.geometry import normalized_std, rankme, within_rank_condition
     from geohead.geometry.invariance import (
         Orbits, build_orbits, compression, orbit_tangents, space_geometry,
@@ -358,11 +349,10 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
         backbone.eval()
         head.eval()
 
+        to_device = image_encoder(backbone, inputs.mean, inputs.std, device, channels_last=cl)
+
         def encode(x01: Tensor) -> Tensor:
-            x = _normalise(x01, inputs)
-            if cl:
-                x = x.contiguous(memory_format=torch.channels_last)
-            return backbone(x.to(device)).float().cpu()
+            return to_device(x01).cpu()
 
         comps, invs, lost = [], [], 0
         nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
@@ -412,13 +402,6 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
     return _finite(out, "criteria")
 
 
-def _normalise(x01: Tensor, inputs: EvalInputs) -> Tensor:
-    m = torch.tensor(inputs.mean, dtype=x01.dtype).view(1, -1, 1, 1)
-    s = torch.tensor(inputs.std, dtype=x01.dtype).view(1, -1, 1, 1)
-    return (x01 - m) / s
-
-
-# ---------------------------------------------------------------------- score
 def score_components(crit: dict[str, float]) -> dict[str, float]:
     """The four label-free criteria of the default score, each mapped to [0, 1] (larger = better).
 

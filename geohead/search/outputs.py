@@ -289,12 +289,9 @@ def _describe(head: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- plots
 def _figure(w: float, h: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from geohead.report import agg_figure
 
-    fig = Figure(figsize=(w, h), dpi=100)
-    FigureCanvasAgg(fig)
-    return fig
+    return agg_figure(w, h, dpi=100)
 
 
 def write_search_plots(out_dir: Path) -> list[Path]:

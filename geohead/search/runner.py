@@ -171,8 +171,6 @@ class SearchConfig:
             raise SearchError("--multi optimises the label-free criteria themselves; drop --score knn or --multi")
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise SearchError(f"unknown sampler {self.sampler!r}; choose one of {list(SAMPLERS)}")
-        if self.multi and self.sampler == "tpe":
-            pass  # TPE supports several objectives too
         if self.device.split(":")[0] not in ("auto", "cpu", "cuda"):
             raise SearchError(f"unknown device {self.device!r}; use auto, cpu, cuda or cuda:K")
         positive = {"steps": self.steps, "batch_size": self.batch_size, "trials": self.trials, "workers": self.workers,
@@ -221,6 +219,7 @@ class TrialRunner:
     def __init__(self, cfg: SearchConfig, worker: int = 0, echo: Callable[[str], None] | None = None) -> None:
         from geohead.config import ConfigError, apply_overrides, config_from_dict
         from geohead.data import ORBIT_FAMILIES, load_dataset, make_view_fn
+        from geohead.features import image_encoder
         from geohead.geometry.invariance import build_orbits, orbit_tangents
         from geohead.train import build_models, resolve_device
 
@@ -295,14 +294,10 @@ class TrialRunner:
         calibrate_batchnorm(backbone, views)
         with torch.no_grad():
             z1, z2 = (backbone(v).float().cpu() for v in views)
-        mean_t = torch.tensor(data.mean).view(1, -1, 1, 1)
-        std_t = torch.tensor(data.std).view(1, -1, 1, 1)
+        to_device = image_encoder(backbone, data.mean, data.std, self.device, channels_last=cl)
 
         def encode(x01: torch.Tensor) -> torch.Tensor:
-            x = ((x01 - mean_t) / std_t).to(self.device)
-            if cl:
-                x = x.contiguous(memory_format=torch.channels_last)
-            return backbone(x).float().cpu()
+            return to_device(x01).cpu()
 
         orbit_imgs = probe_tr.images[: cfg.orbit_images].float() / 255.0
         tangents = {}
