@@ -201,6 +201,15 @@ class HeadSpec:
 
     load = from_json
 
+    def describe(self) -> str:
+        """One-line summary, e.g. ``depth 3 512->2048->128 silu norm=batch last_norm=none whiten=none``."""
+        if self.depth == 1:
+            body = f"linear {self.in_dim}->{self.out_dim}"
+        else:
+            body = (f"depth {self.depth} {self.in_dim}->{self.hidden_dim}->{self.out_dim} {self.activation} "
+                    f"norm={self.norm or 'none'}")
+        return f"{body} last_norm={self.last_norm or 'none'} whiten={self.whiten or 'none'}"
+
     def replace(self, **changes: Any) -> "HeadSpec":
         return dataclasses.replace(self, **changes)
 

@@ -110,6 +110,18 @@ def test_spec_json_errors(tmp_path) -> None:
         HeadSpec.from_dict({"format": "other", "in_dim": 2, "out_dim": 2})
 
 
+def test_spec_describe_one_line_summary() -> None:
+    assert HeadSpec(512, 128, depth=1, norm=None).describe() == "linear 512->128 last_norm=none whiten=none"
+    spec = HeadSpec(512, 128, hidden_dim=2048, depth=3, activation="gelu", norm=None,
+                    last_norm="batch_noaffine", whiten="zca")
+    assert spec.describe() == (
+        "depth 3 512->2048->128 gelu norm=none last_norm=batch_noaffine whiten=zca"
+    )
+    assert HeadSpec(8, 4, hidden_dim=16, depth=2).describe() == (
+        "depth 2 8->16->4 silu norm=batch last_norm=none whiten=none"
+    )
+
+
 def _cov(x: torch.Tensor) -> torch.Tensor:
     x = x.double()
     xc = x - x.mean(0)
