@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.collapse import (
     alpha_req, collapse_monitors, escape_curvature, normalized_std, rankme, within_rank_condition,
 )
@@ -211,7 +212,7 @@ def test_within_rank_condition_ignores_the_null_space() -> None:
 def test_monitor_bad_input() -> None:
     with pytest.raises(ValueError, match=r"\(N, k\)"):
         rankme(torch.ones(5))
-    with pytest.raises(ValueError, match="non-finite"):
+    with pytest.raises(NonFiniteError, match="non-finite"):  # a ValueError too
         normalized_std(torch.tensor([[1.0, float("nan")], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="at least 2"):
         within_rank_condition(torch.ones(1, 3))

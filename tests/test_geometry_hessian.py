@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.hessian import EffectiveHessian, spectrum_summary
 from geohead.heads import GeometricHead
 from geohead.objectives import get_objective
@@ -228,10 +229,10 @@ def test_errors_name_the_problem() -> None:
         EffectiveHessian(head, obj, z1, z2[:-1])
     bad = z1.clone()
     bad[1, 2] = float("nan")
-    with pytest.raises(ValueError, match="non-finite"):
+    with pytest.raises(NonFiniteError, match="non-finite"):
         EffectiveHessian(head, obj, bad, z2)
     bad[1, 2] = float("inf")
-    with pytest.raises(ValueError, match="non-finite"):
+    with pytest.raises(NonFiniteError, match="non-finite"):
         EffectiveHessian(head, obj, z1, bad)
     with pytest.raises(ValueError, match="bn_mode"):
         EffectiveHessian(head, obj, z1, z2, bn_mode="frozen")

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.invariance import (
     build_orbits, lidar, orbit_invariance, orbit_tangents, space_geometry, tangent_invariance,
 )
@@ -217,6 +218,10 @@ def test_invariance_bad_input() -> None:
         build_orbits(flatten, head, images, lambda x, t: x[:1], [0.0])
     with pytest.raises(ValueError, match="labels"):
         build_orbits(flatten, head, images, lambda x, t: x, [0.0], labels=torch.zeros(2))
+    with pytest.raises(NonFiniteError, match="non-finite"):
+        build_orbits(lambda x: flatten(x) / 0.0, head, images, lambda x, t: x, [0.0])
+    with pytest.raises(NonFiniteError, match="non-finite"):
+        tangent_invariance(head, torch.full((2, 3), float("nan")), torch.ones(2, 3))
     with pytest.raises(ValueError, match="at least 3"):
         orbit_tangents(build_orbits(flatten, head, images, lambda x, t: x + t, [0.0, 1.0]))
     rep = orbit_invariance(flatten, head, images, lambda x, t: x + t, [0.0, 1.0])

@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.operators import Operator
 from geohead.geometry.spectral import (
@@ -112,6 +113,13 @@ def test_lanczos_bad_input() -> None:
         Operator(lambda v: v[:-1], 5)(torch.ones(5, dtype=F64))
     with pytest.raises(ValueError, match="v0"):
         lanczos(op_of(a), k=1, v0=torch.zeros(5, dtype=F64))
+
+
+def test_lanczos_non_finite_product_raises_non_finite_error() -> None:
+    op = Operator(lambda v: v * float("nan"), 5)
+    for kind in (NonFiniteError, ValueError, FloatingPointError):  # old handlers keep catching it
+        with pytest.raises(kind, match="non-finite values at Lanczos step 0"):
+            lanczos(op, k=1)
 
 
 # ---------------------------------------------------------------------- SLQ

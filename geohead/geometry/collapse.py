@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.hessian import EffectiveHessian, Mode, count_negative, m_over_h_ratio, mode_settings
 from geohead.geometry.spectral import LanczosResult, lanczos
 
@@ -311,7 +312,7 @@ def _embeddings(emb: Tensor, name: str) -> Tensor:
         raise ValueError(f"{name} needs at least 2 embeddings, got {emb.shape[0]}")
     x = emb.detach().to(torch.float64)
     if not torch.isfinite(x).all():
-        raise ValueError(f"{name} got non-finite embeddings (NaN or inf)")
+        raise NonFiniteError(f"{name} got non-finite embeddings (NaN or inf)")
     return x
 
 

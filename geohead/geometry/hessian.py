@@ -40,6 +40,7 @@ from typing import Any, Callable, Literal
 import torch
 from torch import Tensor, nn
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.operators import BN_MODES, Operator, as_operator, functional_module
 from geohead.geometry.spectral import (
     Estimate,
@@ -73,9 +74,10 @@ def mode_settings(mode: str, **given: Any) -> dict[str, Any]:
 
 
 def _check_finite(x: Tensor, name: str) -> None:
+    """Raise :class:`~geohead.errors.NonFiniteError` when ``x`` has NaN/inf entries."""
     bad = int((~torch.isfinite(x)).sum())
     if bad:
-        raise ValueError(f"{name} contains {bad} non-finite entries (NaN or inf); pass finite representations")
+        raise NonFiniteError(f"{name} contains {bad} non-finite entries (NaN or inf); pass finite representations")
 
 
 def _grad(outputs: Tensor, inputs: Tensor, grad_outputs: Tensor, create_graph: bool = False) -> Tensor:

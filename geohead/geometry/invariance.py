@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.operators import functional_module
 
 Encode = Callable[[Tensor], Tensor]
@@ -122,7 +123,7 @@ def build_orbits(
         zs.append(_encode(encode, xt, batch_size))
     z = torch.stack(zs, 1)  # (N, P, d)
     if not torch.isfinite(z).all():
-        raise ValueError("encode produced non-finite features")
+        raise NonFiniteError("encode produced non-finite features")
     h = functional_module(head, dtype=z.dtype, device=z.device, bn_mode=bn_mode)
     n, P, d = z.shape
     flat = z.reshape(n * P, d)
@@ -377,7 +378,7 @@ def tangent_invariance(
     if z.dim() != 2 or v.shape != z.shape:
         raise ValueError(f"z and v must both have shape (M, d); got {tuple(z.shape)} and {tuple(v.shape)}")
     if not (torch.isfinite(z).all() and torch.isfinite(v).all()):
-        raise ValueError("z or v contains non-finite values")
+        raise NonFiniteError("z or v contains non-finite values")
     dtype = z.dtype if z.is_floating_point() else torch.float32
     h = functional_module(head, dtype=dtype, device=z.device, bn_mode=bn_mode)
     m, d = z.shape

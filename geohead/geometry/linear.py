@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from geohead.errors import NonFiniteError
+
 
 def linear_weight(head: nn.Module | Tensor) -> Tensor:
     """The (k, d) matrix of a linear head, in float64.
@@ -129,7 +131,7 @@ def linear_head_geometry(head: nn.Module | Tensor, z: Tensor, rtol: float = 1e-1
         raise ValueError(f"need at least 2 feature vectors, got {z.shape[0]}")
     x = z.detach().to(torch.float64)
     if not torch.isfinite(x).all():
-        raise ValueError("features contain non-finite values")
+        raise NonFiniteError("features contain non-finite values")
     xc = x - x.mean(0)
     cov = xc.T @ xc / (x.shape[0] - 1)
     feats = isotropy(cov, rtol)

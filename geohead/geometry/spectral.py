@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal
 import torch
 from torch import Tensor
 
+from geohead.errors import NonFiniteError
 from geohead.geometry.operators import Operator, as_operator
 
 Which = Literal["both", "smallest", "largest"]
@@ -132,11 +133,11 @@ def _tridiag(alpha: list[float], beta: list[float]) -> Tensor:
 def _lanczos_step(op: Operator, basis: Tensor, m: int, beta: list[float]) -> tuple[float, Tensor, float]:
     """One Lanczos step from q = basis[m]: α_m = qᵀAq and the next residual w = Aq − α_m q − β_{m−1}
     q_{m−1}, reorthogonalised (twice) against basis[:m+1]; returns (α_m, w, ‖w‖).
-    Raises FloatingPointError when the operator returns non-finite values."""
+    Raises :class:`~geohead.errors.NonFiniteError` when the operator returns non-finite values."""
     q = basis[m]
     w = op(q)
     if not torch.isfinite(w).all():
-        raise FloatingPointError(f"operator {op.name!r} returned non-finite values at Lanczos step {m}")
+        raise NonFiniteError(f"operator {op.name!r} returned non-finite values at Lanczos step {m}")
     a = float(torch.dot(q, w))
     w = w - a * q
     if m > 0:
