@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from geohead.cli import main
-from geohead.report import make_report, read_metrics
+from geohead.report import make_report
+from geohead.run_plots import read_metrics
 from tiny_runs import tiny_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -288,8 +288,9 @@ def _describe(head: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------------- plots
-def _figure(w: float, h: float):
-    from geohead.report import agg_figure
+def _figure(w: float, h: float) -> Any:
+    """A w × h inch Agg figure at 100 dpi (:func:`geohead.plotting.agg_figure`)."""
+    from geohead.plotting import agg_figure
 
     return agg_figure(w, h, dpi=100)
 
