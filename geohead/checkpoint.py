@@ -2,20 +2,21 @@
 
 Tensors (model, teacher, objective buffers, optimiser state) go in the safetensors body under
 prefixed names; everything else (config, head spec, step, optimiser hyper-parameters, backbone
-build info) is JSON in the safetensors metadata header. A checkpoint is written to a temporary
-file in the same folder and renamed over the old one, so a killed process leaves either the old
-or the new checkpoint, never a torn file.
+build info) is JSON in the safetensors metadata header. A checkpoint is written with
+:func:`geohead.io.save_safetensors` (temporary file in the same folder, fsync, rename), so a
+killed process leaves either the old or the new checkpoint, never a torn file.
 """
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from geohead.io import SafetensorsReadError, read_safetensors, save_safetensors
 
 FORMAT = "geohead.checkpoint/1"
 
@@ -40,24 +41,9 @@ class Checkpoint:
 
 def save_checkpoint(path: str | Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> Path:
     """Write ``tensors`` and JSON-able ``meta`` to ``path`` atomically (temp file + rename)."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     header = {"format": FORMAT}
     header.update({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
-    # cloned: safetensors refuses tensors that share storage (views, tied weights)
-    body = {k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        save_file(body, str(tmp), metadata=header)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
+    return save_safetensors(path, tensors, header)
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -66,20 +52,15 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     Raises :class:`CheckpointError` (never unpickles anything) for a missing path, a file that
     is not safetensors, a truncated or corrupted file, or one that is not a geohead checkpoint.
     """
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-
     path = Path(path)
     if path.is_dir():
         path = path / "last.ckpt"
     if not path.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a run folder or a .ckpt file)")
     try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"{str(path)!r} is not a readable safetensors checkpoint (truncated or corrupted?): {exc}") from None
+        tensors, header = read_safetensors(path, "checkpoint")
+    except SafetensorsReadError as exc:
+        raise CheckpointError(str(exc)) from None
     if header.get("format") != FORMAT:
         raise CheckpointError(f"{str(path)!r} is a safetensors file but not a geohead checkpoint (format={header.get('format')!r})")
     meta = {}

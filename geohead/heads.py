@@ -29,6 +29,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from geohead.io import atomic_write_text
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "silu": nn.SiLU,
     "swish": nn.SiLU,
@@ -176,10 +178,7 @@ class HeadSpec:
         """The spec as JSON text; also written atomically to ``path`` when given."""
         text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
         if path is not None:
-            path = Path(path)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+            atomic_write_text(path, text)
         return text
 
     @classmethod

@@ -1,0 +1,74 @@
+"""geohead.io: atomic writes (old file kept on failure, no temp files left), safetensors round trips."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from geohead.io import (
+    SafetensorsReadError,
+    atomic_write_bytes,
+    atomic_write_text,
+    default_mode,
+    read_safetensors,
+    save_safetensors,
+)
+
+
+def test_atomic_text_and_bytes(tmp_path) -> None:
+    path = atomic_write_text(tmp_path / "sub" / "a.json", "{\n}\r\n")
+    assert path == tmp_path / "sub" / "a.json"
+    assert path.read_bytes() == b"{\n}\r\n"  # written as given, no newline translation
+    assert atomic_write_bytes(path, b"\x00\x01") == path and path.read_bytes() == b"\x00\x01"
+    assert os.stat(path).st_mode & 0o777 == default_mode()
+    assert sorted(p.name for p in path.parent.iterdir()) == ["a.json"]
+
+
+def test_failed_write_keeps_old_file_and_leaves_no_temp(tmp_path, monkeypatch) -> None:
+    path = atomic_write_text(tmp_path / "a.txt", "old")
+    import safetensors.torch
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        save_safetensors(path, {"x": torch.ones(2)}, {})
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_safetensors_round_trip_and_shared_storage(tmp_path) -> None:
+    base = torch.arange(12.0)
+    tensors = {"w": base.view(3, 4), "tied": base.view(3, 4), "t": base.view(3, 4).T, "i": torch.tensor([7])}
+    path = save_safetensors(tmp_path / "f.safetensors", tensors, {"format": "pt", "k": "v"})
+    assert os.stat(path).st_mode & 0o777 == default_mode()
+    loaded, meta = read_safetensors(path, "test file")
+    assert meta == {"format": "pt", "k": "v"}
+    assert set(loaded) == set(tensors) and all(torch.equal(loaded[k], tensors[k]) for k in tensors)
+    only_meta, meta2 = read_safetensors(path, "test file", tensors=False)
+    assert only_meta == {} and meta2 == meta
+
+
+def test_read_errors_name_the_file(tmp_path) -> None:
+    with pytest.raises(SafetensorsReadError, match="weights file .*missing.* does not exist"):
+        read_safetensors(tmp_path / "missing", "weights file")
+    good = save_safetensors(tmp_path / "g", {"x": torch.arange(1000.0)}, {})
+    (tmp_path / "cut").write_bytes(good.read_bytes()[:2000])
+    (tmp_path / "junk").write_bytes(b"\x80\x04\x95 a pickle")
+    for name in ("cut", "junk"):
+        with pytest.raises(SafetensorsReadError, match=r"head file .* is not a readable safetensors file \(truncated or corrupted\?\)"):
+            read_safetensors(tmp_path / name, "head file")
+    assert issubclass(SafetensorsReadError, ValueError)
+
+
+def test_leaf_module() -> None:
+    import ast
+
+    import geohead.io
+
+    tree = ast.parse(open(geohead.io.__file__).read())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not [m for m in imported if m.split(".")[0] == "geohead"]
