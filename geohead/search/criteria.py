@@ -51,6 +51,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor, nn
 
+from geohead.errors import NonFiniteError
 from geohead.heads import GeometricHead, HeadSpec
 
 #: Orbit families measured by default: the augmentations the standard recipes apply.
@@ -263,10 +264,8 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
             lost += ti.fisher_rank_loss
         if inv:
             out.update(screen_tangent_invariance=sum(inv) / len(inv), screen_fisher_rank_loss=float(lost))
-    except (ValueError, FloatingPointError) as exc:  # the geometry code refuses non-finite values
-        if "finite" in str(exc):
-            raise TrialDiverged(f"screen: {exc}") from None
-        raise
+    except NonFiniteError as exc:  # the geometry code refuses non-finite values
+        raise TrialDiverged(f"screen: {exc}") from None
     out["screen_seconds"] = time.perf_counter() - t0
     return _finite(out, "screen")
 
@@ -391,10 +390,8 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
                                                k=inputs.knn_k, temperature=inputs.knn_t)
             out["knn_head"] = knn_accuracy(fh_tr, inputs.train_labels, fh_te, inputs.test_labels,
                                            k=inputs.knn_k, temperature=inputs.knn_t)
-    except ValueError as exc:
-        if "finite" in str(exc):
-            raise TrialDiverged(f"criteria: {exc}") from None
-        raise
+    except NonFiniteError as exc:
+        raise TrialDiverged(f"criteria: {exc}") from None
     finally:
         for m, mode in modes:
             m.train(mode)
