@@ -212,7 +212,7 @@ class TrainConfig:
         if self.data.views is not None:
             _choice("data.views", self.data.views, tuple(OBJECTIVES))
         if self.data.view_args:
-            from geohead.data.views import get_recipe
+            from geohead.data.view_recipes import get_recipe
 
             try:
                 get_recipe(self.data.views or self.objective).replace(**self.data.view_args)

@@ -7,15 +7,8 @@ import pytest
 import torch
 
 from geohead.data.shapes import make_shapes
-from geohead.data.views import (
-    CIFAR10_MEAN,
-    CIFAR10_STD,
-    RECIPES,
-    ViewSpec,
-    Views,
-    make_view_fn,
-    sample_crop_boxes,
-)
+from geohead.data.view_recipes import RECIPES, ViewSpec, sample_crop_boxes
+from geohead.data.views import CIFAR10_MEAN, CIFAR10_STD, Views, make_view_fn
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,7 +78,7 @@ def _identity_spec(**kw) -> ViewSpec:
 
 
 def _views(spec: ViewSpec, **kw) -> Views:
-    from geohead.data.views import ViewRecipe
+    from geohead.data.view_recipes import ViewRecipe
 
     return Views(ViewRecipe("test", (spec,)), **kw)
 

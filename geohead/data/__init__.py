@@ -12,7 +12,8 @@ from geohead.data.dataset import ImageData, channel_stats
 from geohead.data.loaders import DATASET_NAMES, load_dataset
 from geohead.data.orbits import ORBIT_FAMILIES, OrbitFamily
 from geohead.data.shapes import FACTOR_NAMES, SHAPE_CLASSES, make_shapes, render_shapes
-from geohead.data.views import RECIPES, ViewRecipe, Views, ViewSpec, make_view_fn
+from geohead.data.view_recipes import RECIPES, ViewRecipe, ViewSpec
+from geohead.data.views import Views, make_view_fn
 
 __all__ = [
     "DATASET_NAMES", "FACTOR_NAMES", "ImageData", "ORBIT_FAMILIES", "OrbitFamily", "RECIPES",
