@@ -28,7 +28,9 @@ def run(recipe: Path, overrides: list[str], out: Path) -> dict:
     """Train ``recipe``; return untrained and trained probe reports and the wall time."""
     from geohead.config import load_recipe
     from geohead.data import load_dataset
-    from geohead.train import resolve_device, run_probes, train
+    from geohead.evaluate import run_probes
+    from geohead.model import resolve_device
+    from geohead.train import train
 
     cfg = load_recipe(recipe, overrides + [f'out="{out}"'])
     data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, n=cfg.data.n_train,

@@ -106,13 +106,10 @@ class HeadConfig:
         return preset_spec(preset, in_dim, smooth=self.smooth, **self.spec)
 
     def resolve_predictor(self, objective: str, dim: int) -> "HeadSpec | None":
-        from geohead.heads import preset_spec
+        """The predictor's :class:`HeadSpec` (BYOL, SimSiam) on embeddings of width ``dim``, else None."""
         from geohead.objectives import OBJECTIVES
 
-        name = OBJECTIVES[objective].predictor_preset
-        if name is None:
-            return None
-        return preset_spec(name, dim, smooth=self.smooth, **self.predictor)
+        return OBJECTIVES[objective].predictor_spec(dim, smooth=self.smooth, **self.predictor)
 
 
 @dataclass
@@ -185,7 +182,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
         from geohead.heads import PRESETS
-        from geohead.objectives import OBJECTIVES
+        from geohead.objectives import OBJECTIVES, get_objective
 
         _choice("objective", self.objective, tuple(OBJECTIVES))
         _choice("device", self.device.split(":")[0], DEVICES)
@@ -200,13 +197,8 @@ class TrainConfig:
             self.head.resolve_predictor(self.objective, spec.output_dim)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[head]: {exc}") from None
-        from geohead.objectives import get_objective
-
-        try:
-            args = dict(self.objective_args)
-            if self.objective == "dino":
-                args.setdefault("out_dim", 8)
-            get_objective(self.objective, **args)
+        try:  # with the stand-in head width 8 (e.g. DINO's prototypes)
+            get_objective(self.objective, **OBJECTIVES[self.objective].args_for_head(self.objective_args, spec.output_dim))
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[objective_args]: {exc}") from None
         if self.data.views is not None:

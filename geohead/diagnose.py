@@ -15,7 +15,7 @@ records exactly what each call returned (``to_dict()`` of its result):
   ``paper_l2`` / ``paper_var``, tangent invariance and the Fisher-rank loss;
 * ``collapse`` — :func:`geohead.geometry.collapse_monitors` of backbone features and head
   embeddings of the test split;
-* ``probes`` — the guillotine report (:func:`geohead.train.run_probes`: kNN / linear probes for
+* ``probes`` — the guillotine report (:func:`geohead.evaluate.run_probes`: kNN / linear probes for
   the class and the data's nuisance factors, backbone vs head).
 
 Every random choice is seeded (:class:`DiagnoseSettings.seed`), models run in eval mode (BN on
@@ -33,9 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from geohead.checkpoint import Checkpoint, load_checkpoint
+from geohead.model import TrainedModels, load_trained, resolve_device
 
 
 @dataclasses.dataclass
@@ -90,75 +91,6 @@ class DiagnoseSettings:
             if getattr(self, key) < 2:
                 raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
         return self
-
-
-@dataclasses.dataclass
-class TrainedModels:
-    """The models of a checkpoint, in eval mode, on ``device``.
-
-    ``model`` is the student :class:`~geohead.train.SSLModel` (backbone, head, predictor or
-    Identity), ``teacher`` the EMA teacher's SSLModel (BYOL, DINO) or None, ``objective`` with
-    its buffers (DINO's centre) and temperature schedule at the checkpoint's epoch.
-    """
-
-    model: nn.Module
-    teacher: nn.Module | None
-    objective: nn.Module
-    meta: dict[str, Any]
-
-    @property
-    def predictor(self) -> nn.Module | None:
-        p = self.model.predictor
-        return None if isinstance(p, nn.Identity) else p
-
-    @property
-    def teacher_head(self) -> nn.Module | None:
-        return self.teacher.head if self.teacher is not None else None
-
-    @property
-    def channels_last(self) -> bool:
-        return bool(self.model.backbone.geohead_config.get("channels_last"))
-
-
-def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.device = "cpu") -> TrainedModels:
-    """Rebuild backbone, head, predictor, teacher and objective from a checkpoint (eval mode).
-
-    The architecture comes from the checkpoint's metadata (``backbone``, ``head_spec``,
-    ``predictor_spec``, ``objective`` + ``objective_hparams``), the weights from its tensors.
-    """
-    from geohead.backbones import rebuild_backbone
-    from geohead.heads import GeometricHead
-    from geohead.objectives import get_objective
-    from geohead.train import SSLModel, build_teacher
-
-    ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
-    meta = ck.meta
-    missing = [k for k in ("backbone", "head_spec", "objective", "objective_hparams") if meta.get(k) is None]
-    if missing:
-        raise ValueError(f"checkpoint {str(ck.path)!r} lacks metadata {missing}; it was not written by geohead train")
-    backbone = rebuild_backbone(meta["backbone"])
-    head = GeometricHead.from_spec(meta["head_spec"])
-    predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
-    objective = get_objective(meta["objective"], **meta["objective_hparams"])
-    model = SSLModel(backbone, head, predictor, concat=meta["objective"] == "dino")
-    model.load_state_dict(ck.section("model"), strict=True)
-    objective.load_state_dict(ck.section("objective"), strict=True)
-    if hasattr(objective, "set_epoch") and meta.get("epoch") is not None:
-        objective.set_epoch(float(meta["epoch"]))
-    teacher = None
-    if ck.section("teacher"):
-        teacher = build_teacher(model)
-        teacher.load_state_dict(ck.section("teacher"), strict=True)
-        teacher.to(device).eval()
-    model.to(device).eval()
-    objective.to(device).eval()
-    return TrainedModels(model, teacher, objective, meta)
-
-
-def _device(name: str) -> torch.device:
-    from geohead.train import resolve_device
-
-    return resolve_device(name)
 
 
 def _config(meta: dict[str, Any], s: DiagnoseSettings):
@@ -222,7 +154,7 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
         EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
     )
     from geohead.geometry.hessian import MODES
-    from geohead.train import run_probes
+    from geohead.evaluate import run_probes
 
     import time
 
@@ -237,7 +169,7 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
         clock[0], clock[1] = now, part
         if progress is not None and msg:
             progress(msg)
-    device = _device(s.device)
+    device = resolve_device(s.device)
     ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
     tm = load_trained(ck, device)
     meta = tm.meta
@@ -387,5 +319,4 @@ def default_json_path(source: str | os.PathLike) -> Path:
     return p / "diagnose.json" if p.is_dir() else p.with_name(p.stem + ".diagnose.json")
 
 
-__all__ = ["DiagnoseSettings", "TrainedModels", "default_json_path", "diagnose", "fmt", "format_table", "load_trained",
-           "real_feature_batch"]
+__all__ = ["DiagnoseSettings", "default_json_path", "diagnose", "fmt", "format_table", "real_feature_batch"]

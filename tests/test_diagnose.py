@@ -44,7 +44,8 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
     from geohead.geometry import (
         EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
     )
-    from geohead.train import build_models, build_teacher, run_probes
+    from geohead.evaluate import run_probes
+    from geohead.model import build_models, build_teacher
 
     ck = load_checkpoint(run)
     conf = json.loads(json.dumps(ck.meta["config"]))

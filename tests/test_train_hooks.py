@@ -32,7 +32,7 @@ def _cfg(tmp_path=None, **changes):
 
 
 def test_init_scale_multiplies_head_linear_weights_only() -> None:
-    from geohead.train import build_models
+    from geohead.model import build_models
 
     torch.manual_seed(0)
     ref, *_ = build_models(_cfg())

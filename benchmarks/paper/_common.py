@@ -177,7 +177,8 @@ def train_or_load(cfg, overwrite: bool = False):
     """Train ``cfg`` (or resume its finished run) and return the model in eval mode (CPU), the
     run folder and the pretraining data's (mean, std)."""
     from geohead.checkpoint import load_checkpoint
-    from geohead.train import build_models, train
+    from geohead.model import build_models
+    from geohead.train import train
 
     t = time.perf_counter()
     train(cfg, overwrite=overwrite)

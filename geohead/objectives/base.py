@@ -14,10 +14,13 @@ defines it".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Sequence
 
 import torch
 from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from geohead.heads import HeadSpec
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ class Objective(nn.Module):
         cosine: the loss sees embeddings only through their direction, so its Hessian in
             ambient coordinates is indefinite along ``e``; geometry also reports the
             sphere-tangent version.
+        concat_views: views of one resolution go through the backbone as one batch (DINO's
+            multi-crop wrapper); otherwise each view is its own batch (its own BN statistics).
+        target_views: how many views the EMA teacher sees (DINO: the 2 global crops; None: all).
     """
 
     name: ClassVar[str] = ""
@@ -70,10 +76,28 @@ class Objective(nn.Module):
     uses_teacher: ClassVar[bool] = False
     stop_gradient: ClassVar[bool] = False
     cosine: ClassVar[bool] = False
+    concat_views: ClassVar[bool] = False
+    target_views: ClassVar[int | None] = None
 
     @property
     def needs_predictor(self) -> bool:
         return self.predictor_preset is not None
+
+    @classmethod
+    def args_for_head(cls, args: dict[str, Any], head_out_dim: int) -> dict[str, Any]:
+        """The constructor's keyword arguments ``args`` completed for a head of output width
+        ``head_out_dim`` (DINO: the number of prototypes); ``ValueError`` where they disagree."""
+        return dict(args)
+
+    def batch_loss(self, embs: Sequence[Tensor], preds: Sequence[Tensor], target: Sequence[Tensor] | None) -> Tensor:
+        """The method's loss on one batch: the student's embeddings ``embs`` and predictions
+        ``preds`` (one (B, k) tensor per view; ``preds`` is ``embs`` without a predictor) and the
+        teacher's embeddings ``target`` of its views (None without a teacher)."""
+        if self.needs_predictor:  # BYOL, SimSiam: predictions against the teacher or stop-gradient branch
+            return self(preds, target if target is not None else embs)
+        if target is not None:
+            return self(embs, target)
+        return self(embs)
 
     def loss(self, a: Tensor, b: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -89,13 +113,25 @@ class Objective(nn.Module):
             raise ValueError(f"{self.name} takes exactly 2 views, got {len(online)}")
         return self.loss(online[0], online[1])
 
-    def make_predictor(self, dim: int, smooth: bool = True, **overrides):
-        """The method's predictor head (BYOL, SimSiam); ``ValueError`` for the others."""
+    @classmethod
+    def predictor_spec(cls, dim: int, smooth: bool = True, **overrides: Any) -> "HeadSpec | None":
+        """The :class:`~geohead.heads.HeadSpec` of the method's predictor on embeddings of width
+        ``dim`` (BYOL, SimSiam), with ``overrides`` of its fields; None for the others."""
+        from geohead.heads import preset_spec
+
+        if cls.predictor_preset is None:
+            return None
+        return preset_spec(cls.predictor_preset, dim, smooth=smooth, **overrides)
+
+    def make_predictor(self, dim: int, smooth: bool = True, **overrides: Any) -> nn.Module:
+        """The method's predictor head built from :meth:`predictor_spec`; ``ValueError`` for
+        objectives without one."""
         from geohead.heads import GeometricHead
 
-        if self.predictor_preset is None:
+        spec = self.predictor_spec(dim, smooth=smooth, **overrides)
+        if spec is None:
             raise ValueError(f"objective {self.name!r} uses no predictor")
-        return GeometricHead.preset(self.predictor_preset, dim, smooth=smooth, **overrides)
+        return GeometricHead.from_spec(spec)
 
     def collapsed_state(
         self,

@@ -1,7 +1,7 @@
 """DINO (Caron et al. 2021, "Emerging Properties in Self-Supervised Vision Transformers")."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -35,6 +35,8 @@ class DINO(Objective):
     """
 
     name = "dino"
+    concat_views = True
+    target_views = 2
     head_preset = "dino"
     uses_teacher = True
     stop_gradient = True
@@ -70,6 +72,18 @@ class DINO(Objective):
         self.momentum_base = float(momentum_base)
         self.teacher_temp = self.warmup_teacher_temp if warmup_teacher_temp_epochs > 0 else self.final_teacher_temp
         self.register_buffer("center", torch.zeros(1, out_dim))
+
+    @classmethod
+    def args_for_head(cls, args: dict[str, Any], head_out_dim: int) -> dict[str, Any]:
+        """``out_dim`` (the prototypes) defaults to the head's output width and must equal it."""
+        args = dict(args)
+        args.setdefault("out_dim", head_out_dim)
+        if args["out_dim"] != head_out_dim:
+            raise ValueError(
+                f"objective_args.out_dim={args['out_dim']} but the head has {head_out_dim} prototypes; "
+                "make them equal (head.spec.prototypes)"
+            )
+        return args
 
     def set_epoch(self, epoch: float) -> None:
         """Linear teacher-temperature warm-up; ``epoch`` may be fractional."""

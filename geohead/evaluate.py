@@ -1,0 +1,38 @@
+"""The guillotine probes of a trained model: kNN and linear probes on backbone features vs head
+embeddings, for the class and the data's recorded nuisance factors."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from geohead.config import TrainConfig
+from geohead.model import SSLModel
+
+
+def run_probes(cfg: TrainConfig, model: SSLModel, train_data: Any, device: torch.device,
+               load_dataset: Callable[..., Any]) -> dict[str, Any]:
+    """kNN and linear probes on backbone vs head outputs, for the class and the data's factors."""
+    from geohead.features import extract
+    from geohead.probes import factor_targets, guillotine_report
+
+    test_name = cfg.data.test or cfg.data.name
+    test = load_dataset(test_name, root=cfg.data.root, train=False, download=cfg.data.download,
+                        n=cfg.probe.n_test or cfg.data.n_test, img_size=cfg.data.img_size, seed=cfg.seed)
+    tr = train_data if cfg.probe.n_train is None else train_data.subset(torch.arange(min(len(train_data), cfg.probe.n_train)))
+    cl = model.channels_last
+    fb_tr, fh_tr = extract(model.backbone, model.head, tr.images, train_data.mean, train_data.std, device, channels_last=cl)
+    fb_te, fh_te = extract(model.backbone, model.head, test.images, train_data.mean, train_data.std, device, channels_last=cl)
+    targets = {"class": (tr.labels, test.labels)}
+    if cfg.probe.factors and tr.factors and test.factors:
+        for name, values in tr.factors.items():
+            if name not in test.factors:
+                continue
+            kind = "categorical" if tr.factor_kinds.get(name) == "categorical" else "continuous"
+            y_tr, edges = factor_targets(values, kind=kind, bins=cfg.probe.factor_bins)
+            y_te, _ = factor_targets(test.factors[name], kind=kind, bins=cfg.probe.factor_bins, edges=edges)
+            targets[name] = (y_tr, y_te)
+    probes = ("knn", "linear") if cfg.probe.linear else ("knn",)
+    report = guillotine_report(fb_tr, fh_tr, fb_te, fh_te, targets, probes=probes,
+                               knn_kwargs={"k": cfg.probe.knn_k, "temperature": cfg.probe.knn_t})
+    return report.to_dict()

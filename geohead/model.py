@@ -1,0 +1,172 @@
+"""The SSL model: backbone + head (+ predictor, + EMA teacher) and the objective, built from a
+:class:`~geohead.config.TrainConfig` or rebuilt from a checkpoint.
+
+    views -> backbone -> features z (B, d) -> head -> embeddings e (B, k) (-> predictor)
+
+:func:`build_models` is what ``geohead train`` and the search build (on the CPU, under the seed
+the caller set); :func:`load_trained` is what ``geohead diagnose`` and ``geohead export`` read
+back. Whatever differs between methods (views concatenated, the teacher, the predictor, DINO's
+prototypes) is an attribute of the objective class, never a branch on its name here.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+
+from geohead.checkpoint import Checkpoint, load_checkpoint
+from geohead.heads import GeometricHead, HeadSpec
+from geohead.objectives import OBJECTIVES, Objective, get_objective, make_teacher
+
+if TYPE_CHECKING:
+    from geohead.config import TrainConfig
+
+
+class SSLModel(nn.Module):
+    """Backbone -> head (-> predictor), applied to a list of views in one call (one DDP forward).
+
+    ``forward(views)`` takes a list of normalised image batches (B, 3, H, W) and returns
+    ``(features, embeddings, predictions)``, three lists with one (B, ·) tensor per view;
+    ``predictions`` is ``embeddings`` when there is no predictor. Views of equal resolution are
+    passed through the backbone separately (each view's BatchNorm statistics are its own, as in
+    the methods' official code) unless ``concat=True`` (DINO's multi-crop wrapper concatenates;
+    :attr:`Objective.concat_views`).
+    """
+
+    def __init__(self, backbone: nn.Module, head: nn.Module, predictor: nn.Module | None = None, concat: bool = False) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+        self.predictor = predictor if predictor is not None else nn.Identity()
+        self.concat = concat
+
+    @property
+    def channels_last(self) -> bool:
+        """Whether the backbone wants channels-last inputs (recorded when it was created)."""
+        return bool(getattr(self.backbone, "geohead_config", {}).get("channels_last"))
+
+    def forward(self, views: list[Tensor]) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        if self.concat:
+            feats: list[Tensor] = []
+            i = 0
+            while i < len(views):  # consecutive views of one resolution go through together
+                j = i
+                while j < len(views) and views[j].shape[-2:] == views[i].shape[-2:]:
+                    j += 1
+                out = self.backbone(torch.cat(views[i:j]))
+                feats.extend(out.chunk(j - i))
+                i = j
+        else:
+            feats = [self.backbone(v) for v in views]
+        embs = [self.head(f) for f in feats]
+        preds = [self.predictor(e) for e in embs]
+        return feats, embs, preds
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:K``; ``ValueError`` for a
+    CUDA device on a machine without CUDA."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(name)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available; use device='cpu' or 'auto'")
+    return dev
+
+
+def build_objective(cfg: TrainConfig, head_spec: HeadSpec) -> Objective:
+    """The objective of ``cfg`` with its arguments completed for the head (``args_for_head``)."""
+    args = OBJECTIVES[cfg.objective].args_for_head(cfg.objective_args, head_spec.output_dim)
+    return get_objective(cfg.objective, **args)
+
+
+def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadSpec | None]:
+    """Student model (backbone, head, predictor), objective and the head and predictor specs of
+    ``cfg``, on the CPU. Parameters are drawn from torch's global generator (seed it first)."""
+    from geohead.backbones import create_backbone
+
+    kwargs = dict(cfg.backbone.args)
+    if cfg.backbone.name is not None:
+        kwargs["name"] = cfg.backbone.name
+    backbone = create_backbone(img_size=cfg.data.img_size, channels_last=cfg.backbone.channels_last, **kwargs)
+    head_spec = cfg.head.resolve(cfg.objective, backbone.num_features)
+    head = GeometricHead.from_spec(head_spec)
+    if cfg.head.init_scale != 1.0:  # e.g. the paper's pseudo-collapsed start (Fig. 3): weights x 0.1
+        with torch.no_grad():
+            for m in head.mlp.modules():
+                if isinstance(m, nn.Linear):
+                    m.weight.mul_(cfg.head.init_scale)
+    pred_spec = cfg.head.resolve_predictor(cfg.objective, head_spec.output_dim)
+    predictor = GeometricHead.from_spec(pred_spec) if pred_spec is not None else None
+    objective = build_objective(cfg, head_spec)
+    model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
+    return model, objective, head_spec, pred_spec
+
+
+def build_teacher(model: SSLModel) -> SSLModel:
+    """The EMA teacher: a frozen copy of the student's backbone and head (no predictor)."""
+    return make_teacher(SSLModel(model.backbone, model.head, None, concat=model.concat))
+
+
+@dataclass
+class TrainedModels:
+    """The models of a checkpoint, in eval mode, on one device.
+
+    ``model`` is the student :class:`SSLModel` (backbone, head, predictor or Identity),
+    ``teacher`` the EMA teacher's SSLModel (BYOL, DINO) or None, ``objective`` with its buffers
+    (DINO's centre) and temperature schedule at the checkpoint's epoch, ``meta`` the
+    checkpoint's metadata.
+    """
+
+    model: SSLModel
+    teacher: SSLModel | None
+    objective: Objective
+    meta: dict[str, Any]
+
+    @property
+    def predictor(self) -> nn.Module | None:
+        p = self.model.predictor
+        return None if isinstance(p, nn.Identity) else p
+
+    @property
+    def teacher_head(self) -> nn.Module | None:
+        return self.teacher.head if self.teacher is not None else None
+
+    @property
+    def channels_last(self) -> bool:
+        return self.model.channels_last
+
+
+def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.device = "cpu") -> TrainedModels:
+    """Rebuild backbone, head, predictor, teacher and objective from a checkpoint (eval mode).
+
+    The architecture comes from the checkpoint's metadata (``backbone``, ``head_spec``,
+    ``predictor_spec``, ``objective`` + ``objective_hparams``), the weights from its tensors.
+    """
+    from geohead.backbones import rebuild_backbone
+
+    ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
+    meta = ck.meta
+    missing = [k for k in ("backbone", "head_spec", "objective", "objective_hparams") if meta.get(k) is None]
+    if missing:
+        raise ValueError(f"checkpoint {str(ck.path)!r} lacks metadata {missing}; it was not written by geohead train")
+    backbone = rebuild_backbone(meta["backbone"])
+    head = GeometricHead.from_spec(meta["head_spec"])
+    predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
+    objective = get_objective(meta["objective"], **meta["objective_hparams"])
+    model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
+    model.load_state_dict(ck.section("model"), strict=True)
+    objective.load_state_dict(ck.section("objective"), strict=True)
+    if hasattr(objective, "set_epoch") and meta.get("epoch") is not None:
+        objective.set_epoch(float(meta["epoch"]))
+    teacher = None
+    if ck.section("teacher"):
+        teacher = build_teacher(model)
+        teacher.load_state_dict(ck.section("teacher"), strict=True)
+        teacher.to(device).eval()
+    model.to(device).eval()
+    objective.to(device).eval()
+    return TrainedModels(model, teacher, objective, meta)

@@ -1,0 +1,80 @@
+"""What a training run records besides the loss: collapse monitors, update ratios and the
+effective Hessian's extremes, written as lines of ``metrics.jsonl`` (what ``geohead report`` plots).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from geohead import distributed
+from geohead.config import TrainConfig
+from geohead.model import SSLModel
+from geohead.objectives import Objective
+
+
+def _flat_params(module: nn.Module) -> Tensor:
+    return torch.cat([p.detach().flatten().float() for p in module.parameters() if p.requires_grad]).cpu()
+
+
+class Tracker:
+    """Writes metrics.jsonl: loss lines, collapse monitors, update ratios, Hessian extremes."""
+
+    def __init__(self, cfg: TrainConfig, objective: Objective, path: Path, enabled: bool) -> None:
+        self.cfg, self.objective, self.path, self.enabled = cfg, objective, path, enabled
+        self.latest: dict[str, float] = {}
+        self._prev: dict[str, Tensor] = {}
+
+    def log(self, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def postfix(self) -> dict[str, str]:
+        return {"rankme": f"{self.latest['rankme_head']:.1f}"} if "rankme_head" in self.latest else {}
+
+    def monitor(self, step: int, model: SSLModel, feats: Tensor, embs: Tensor, views: list[Tensor], teacher) -> None:
+        from geohead.geometry.collapse import normalized_std, rankme
+
+        with torch.no_grad():
+            feats_g = distributed.gather(feats.detach().float())
+            embs_g = distributed.gather(embs.detach().float())
+        rec: dict[str, Any] = {
+            "step": step, "kind": "monitor",
+            "rankme_backbone": float(rankme(feats_g)), "rankme_head": float(rankme(embs_g)),
+            "std_backbone": float(normalized_std(feats_g)), "std_head": float(normalized_std(embs_g)),
+            "std_healthy_backbone": 1 / math.sqrt(feats_g.shape[1]), "std_healthy_head": 1 / math.sqrt(embs_g.shape[1]),
+        }
+        for name, module in (("head", model.head), ("backbone", model.backbone)):
+            cur = _flat_params(module)
+            if name in self._prev:
+                prev = self._prev[name]
+                rec[f"update_{name}"] = float((cur - prev).norm() / prev.norm().clamp_min(1e-12))
+            self._prev[name] = cur
+        if "update_head" in rec and "update_backbone" in rec:
+            rec["update_ratio_head_over_backbone"] = rec["update_head"] / max(rec["update_backbone"], 1e-12)
+        if self.enabled and self.cfg.track.hessian_every and step % self.cfg.track.hessian_every == 0:
+            rec.update(self.hessian(model, views, teacher))
+        self.latest.update({k: v for k, v in rec.items() if isinstance(v, float)})
+        self.log(rec)
+
+    def hessian(self, model: SSLModel, views: list[Tensor], teacher) -> dict[str, float]:
+        """H_eff extremes and ‖M‖/‖H‖ at the current backbone features (the paper's Hessian tracking)."""
+        from geohead.geometry.hessian import EffectiveHessian, spectrum_summary
+
+        n = self.cfg.track.hessian_samples
+        with torch.no_grad():
+            z1 = model.backbone(views[0][:n]).detach().float()
+            z2 = model.backbone(views[1][:n]).detach().float()
+        predictor = None if isinstance(model.predictor, nn.Identity) else model.predictor
+        eh = EffectiveHessian(model.head, self.objective, z1, z2, predictor=predictor,
+                              teacher=teacher.head if teacher is not None else None, bn_mode="eval")
+        s = spectrum_summary(eh, mode="fast", max_iter=self.cfg.track.hessian_iters)
+        return {"hessian_lambda_min": s.lambda_min, "hessian_lambda_max": s.lambda_max,
+                "hessian_num_negative": s.num_negative, "m_over_h": s.m_over_h,
+                "hessian_matvecs": s.n_matvec, "hessian_bn_mode": "eval"}
