@@ -203,8 +203,8 @@ def test_presets_match_documented_shapes(name: str) -> None:
         depth, hidden, out, norm, last_norm, protos)
     assert spec.activation == ("gelu" if name == "dino" else "silu")
     assert preset_spec(name, 512, smooth=False).activation == ("gelu" if name == "dino" else "relu")
-    from geohead import heads
-    assert '"' in getattr(heads, f"_{name}").__doc__  # each preset quotes its paper
+    from geohead.heads import presets
+    assert '"' in getattr(presets, f"_{name}").__doc__  # each preset quotes its paper
     small = GeometricHead.preset(name, 32, hidden_dim=16, **({"prototypes": 20} if name == "dino" else {}))
     y = small(torch.randn(4, 32))
     assert y.shape == (4, 20 if name == "dino" else small.spec.out_dim)
