@@ -33,6 +33,7 @@ from geohead._version import __version__
 from geohead.checkpoint import load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
 from geohead.config import TrainConfig
 from geohead.heads import HeadSpec
+from geohead.io import atomic_write_text
 from geohead.model import SSLModel, build_models, build_teacher, resolve_device
 from geohead.objectives import Objective, ema_update_
 
@@ -233,7 +234,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         for name in ("last.ckpt", "metrics.jsonl", "probes.json", "summary.json"):
             (out / name).unlink(missing_ok=True)
     if run.is_main:
-        (out / "config.json").write_text(cfg.to_json() + "\n")
+        atomic_write_text(out / "config.json", cfg.to_json() + "\n")
         run.head_spec.to_json(out / "head.json")
     return start_step
 
@@ -404,10 +405,10 @@ def finish(run: Run, last_loss: float) -> RunResult:
     probes = None
     if run.cfg.probe.enabled:
         probes = run_probes(run.cfg, run.model, run.data, run.device, load_dataset)
-        (run.out / "probes.json").write_text(json.dumps(probes, indent=2) + "\n")
+        atomic_write_text(run.out / "probes.json", json.dumps(probes, indent=2) + "\n")
     summary = {"steps": run.run_steps, "total_steps": run.total_steps, "final_loss": last_loss,
                "complete": run.run_steps == run.total_steps, "probes": probes}
-    (run.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(run.out / "summary.json", json.dumps(summary, indent=2) + "\n")
     result.probes, result.summary = probes, summary
     return result
 
@@ -432,7 +433,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.exists():
         return
     keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-    path.write_text("".join(line + "\n" for line in keep))
+    atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 def _progress(cfg: TrainConfig, is_main: bool, start: int, total: int):

@@ -38,6 +38,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
 
     from geohead.checkpoint import CheckpointError
     from geohead.diagnose import DiagnoseSettings, default_json_path, diagnose as run, format_table
+    from geohead.io import atomic_write_text
 
     settings = DiagnoseSettings(
         data=data, data_test=data_test, data_root=data_root, n_test=n_test, n_train=n_train, n_orbit_images=orbit_images,
@@ -52,8 +53,6 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     except (CheckpointError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    tmp.replace(out)
+    atomic_write_text(out, json.dumps(report, indent=2) + "\n")
     click.echo(format_table(report))
     click.echo(f"\nJSON report: {out}")
