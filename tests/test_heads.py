@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import warnings
 
 import pytest
@@ -65,6 +66,17 @@ def test_bad_arguments_fail_at_construction_with_valid_values() -> None:
         GeometricHead(4, 3, hidden_dim=5)(torch.randn(2, 5))
     with pytest.raises(ValueError, match=r"unknown HeadSpec keys \['widht'\]"):
         HeadSpec.from_dict({"in_dim": 3, "out_dim": 2, "widht": 4})
+
+
+def test_arguments_after_out_dim_are_keyword_only() -> None:
+    # lightly's (input_dim, hidden_dim, output_dim) order must not build a 512->2048 head silently
+    with pytest.raises(TypeError, match=re.escape("GeometricHead(512, 128, hidden_dim=2048)")):
+        GeometricHead(512, 2048, 128)
+    with pytest.raises(TypeError, match=re.escape("GeometricHead(8, 4, hidden_dim=16, depth=2)")):
+        GeometricHead(8, 4, 16, 2)
+    assert GeometricHead(512, 128, hidden_dim=2048).spec.describe() == (
+        "depth 3 512->2048->128 silu norm=batch last_norm=none whiten=none"
+    )
 
 
 def test_explicit_bias_and_last_norm() -> None:

@@ -52,6 +52,10 @@ class GeometricHead(nn.Module):
         prototypes: K for a DINO head (L2-normalise, then weight-normalised Linear to K).
         freeze_prototype_norm: fix the prototype layer's weight-norm gain to 1 (DINO default).
 
+    Only ``in_dim`` and ``out_dim`` are positional: ``GeometricHead(512, 2048, 128)`` (lightly's
+    ``(input_dim, hidden_dim, output_dim)`` order) is a ``TypeError`` that shows the keyword form
+    ``GeometricHead(512, 128, hidden_dim=2048)``.
+
     The arguments are the fields of :class:`HeadSpec` (``activation`` may also be a type);
     :meth:`from_spec` builds the same head from a spec, :attr:`spec` gives it back.
 
@@ -62,6 +66,7 @@ class GeometricHead(nn.Module):
         self,
         in_dim: int,
         out_dim: int,
+        *extra: object,
         hidden_dim: int = 2048,
         depth: int = 3,
         activation: ActivationArg = "silu",
@@ -72,6 +77,8 @@ class GeometricHead(nn.Module):
         prototypes: int | None = None,
         freeze_prototype_norm: bool = True,
     ) -> None:
+        if extra:
+            raise TypeError(_keyword_only_message(in_dim, out_dim, extra))
         super().__init__()
         features = None
         if isinstance(whiten, Tensor):
@@ -216,6 +223,24 @@ class GeometricHead(nn.Module):
     def extra_repr(self) -> str:
         s = self._spec
         return f"activation={s.activation}, depth={s.depth}, norm={s.norm}, last_norm={s.last_norm}"
+
+
+#: The keyword arguments in the order they were once positional (for the error message).
+_KEYWORDS: tuple[str, ...] = (
+    "hidden_dim", "depth", "activation", "norm", "bias", "last_norm", "whiten", "prototypes", "freeze_prototype_norm",
+)
+
+
+def _keyword_only_message(in_dim: object, out_dim: object, extra: tuple[object, ...]) -> str:
+    """The error for positional arguments after ``out_dim``, with the call written by keyword."""
+    given = ", ".join(repr(a) for a in (in_dim, out_dim, *extra))
+    msg = (f"GeometricHead({given}): only in_dim and out_dim are positional, every other argument is "
+           "keyword-only. ")
+    if len(extra) == 1:
+        return msg + (f"For (input_dim, hidden_dim, output_dim) as in lightly's heads, write "
+                      f"GeometricHead({in_dim!r}, {extra[0]!r}, hidden_dim={out_dim!r})")
+    named = ", ".join(f"{k}={v!r}" for k, v in zip(_KEYWORDS, extra))
+    return msg + f"Write GeometricHead({in_dim!r}, {out_dim!r}, {named})"
 
 
 def _prototype_layer(dim: int, prototypes: int, freeze_norm: bool) -> nn.Module:
