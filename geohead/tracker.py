@@ -65,7 +65,7 @@ class Tracker:
 
     def hessian(self, model: SSLModel, views: list[Tensor], teacher) -> dict[str, float]:
         """H_eff extremes and ‖M‖/‖H‖ at the current backbone features (the paper's Hessian tracking)."""
-        from geohead.geometry.hessian import EffectiveHessian, spectrum_summary
+        from geohead.geometry import EffectiveHessian, spectrum_summary
 
         n = self.cfg.track.hessian_samples
         with torch.no_grad():
