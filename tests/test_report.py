@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from geohead.cli import main
-from geohead.report import make_report
-from geohead.run_plots import read_metrics
+from geohead.report.page import make_report
+from geohead.report.run_plots import read_metrics
 from tiny_runs import tiny_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -48,7 +48,7 @@ def test_run_report_with_diagnose_is_self_contained(run_copy) -> None:
     res = CliRunner().invoke(main, ["diagnose", str(run_copy), *DIAG_FAST])
     assert res.exit_code == 0, res.output
     # in a fresh process: the report must not import pyplot (no change to the user's backend)
-    code = (f"import sys; from geohead.report import make_report; r = make_report({str(run_copy)!r}); "
+    code = (f"import sys; from geohead.report.page import make_report; r = make_report({str(run_copy)!r}); "
             "print(r.kind, [p.name for p in r.pngs], 'matplotlib.pyplot' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ def report(folder: str, out_dir: str | None) -> None:
     Hessian spectral density and guillotine probes from its diagnose.json) or a search folder
     (criteria vs accuracy, Pareto front), and write one self-contained report.html.
     """
-    from geohead.report import ReportError, make_report
+    from geohead.report.page import ReportError, make_report
 
     try:
         res = make_report(folder, out_dir)

@@ -1,8 +1,8 @@
-"""``geohead report RUN_OR_SEARCH_DIR``: the PNGs of a run or a search folder and one self-contained ``report.html``.
+"""The report page: the PNGs of a run or a search folder in one self-contained ``report.html``.
 
 For a **run folder** (``metrics.jsonl`` / ``last.ckpt`` of ``geohead train``): the training
 curves and, from ``diagnose.json`` (``geohead diagnose`` writes it into the run folder), the
-geometry figures of :mod:`geohead.run_plots` (loss, collapse monitors, Hessian extremes over
+geometry figures of :mod:`geohead.report.run_plots` (loss, collapse monitors, Hessian extremes over
 steps; orbit compression, the spectral density of H_eff, guillotine probes), with the run's
 summary tables.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from geohead.plotting import MatplotlibMissing, require_matplotlib
-from geohead.run_plots import (
+from geohead.report.run_plots import (
     plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression, read_metrics,
 )
 

@@ -155,7 +155,7 @@ def plot_orbit_compression(diag: dict, path: Path) -> Path | None:
 def plot_density(diag: dict, path: Path, grid_points: int = 600) -> Path | None:
     import torch
 
-    from geohead.geometry.spectral import SpectralDensity
+    from geohead.geometry.density import SpectralDensity
 
     d = diag.get("density")
     if not d:
