@@ -30,7 +30,7 @@ import time
 import torch
 
 from geohead.geometry.hessian import EffectiveHessian
-from geohead.geometry.spectral import lanczos
+from geohead.geometry.lanczos import lanczos
 from geohead.heads import GeometricHead
 from geohead.objectives import get_objective
 

@@ -1,7 +1,7 @@
 """Thm 4.1 across objectives and activations: where collapse is a saddle, and who makes it one.
 
 For each SSL objective and head activation, build a small 3-layer head (6 → 16 → 16 → 8, the
-set-up of DESIGN.md's "Measured facts"), put B = 12 representations at the objective's
+set-up of docs/theory.md, "Measured facts"), put B = 12 representations at the objective's
 collapsed state (all equal up to noise of std 1e-2), and compute the *full* spectra of the
 objective's Hessian ∇²_e L, the pullback metric G and the effective Hessian H_eff = G + M in
 float64 (Lanczos run to the full dimension: exact). Prints one markdown table:

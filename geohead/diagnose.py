@@ -77,7 +77,7 @@ class DiagnoseSettings:
 
     def validate(self) -> "DiagnoseSettings":
         from geohead.data.orbits import ORBIT_FAMILIES
-        from geohead.geometry.hessian import MODES
+        from geohead.geometry.summary import MODES
 
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {list(MODES)}")
@@ -153,7 +153,7 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     from geohead.geometry import (
         EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
     )
-    from geohead.geometry.hessian import MODES
+    from geohead.geometry.summary import MODES
     from geohead.evaluate import run_probes
 
     import time

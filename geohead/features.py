@@ -24,7 +24,7 @@ def image_encoder(
     """``encode(x)``: images in [0, 1] (N, 3, H, W) -> backbone features (N, d), float32 on
     ``device``: normalised ``(x - mean) / std``, channels-last when asked, without gradients. The
     backbone runs in whatever mode the caller left it (eval for frozen features); this is the
-    ``encode`` that :func:`geohead.geometry.invariance.build_orbits` takes."""
+    ``encode`` that :func:`geohead.geometry.orbits.build_orbits` takes."""
     m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
     s = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
 

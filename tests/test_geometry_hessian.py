@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.hessian import EffectiveHessian, spectrum_summary
+from geohead.geometry.hessian import EffectiveHessian
+from geohead.geometry.summary import spectrum_summary
 from geohead.heads import GeometricHead
 from geohead.objectives import get_objective
 

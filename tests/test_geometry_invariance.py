@@ -1,6 +1,7 @@
 """Orbits and invariance on constructed cases with known answers."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -9,9 +10,10 @@ import torch
 from torch import nn
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.invariance import (
-    build_orbits, lidar, orbit_invariance, orbit_tangents, space_geometry, tangent_invariance,
-)
+from geohead.geometry.invariance import orbit_invariance
+from geohead.geometry.operators import functional_module
+from geohead.geometry.orbits import build_orbits, lidar, space_geometry
+from geohead.geometry.tangents import TangentInvariance, orbit_tangents, summarise_tangents, tangent_invariance
 from geohead.heads import GeometricHead
 
 F64 = torch.float64
@@ -231,9 +233,6 @@ def test_invariance_bad_input() -> None:
 def test_fisher_rank_never_exceeds_the_tangent_rank() -> None:
     """One tangent direction at many points of a curved head: J(z_m) v differ from point to point,
     so the pooled [J(z_m) v] has rank > 1, but the head cannot know more than one direction."""
-    from geohead import GeometricHead
-    from geohead.geometry.invariance import tangent_invariance
-
     torch.manual_seed(0)
     head = GeometricHead(6, 6, hidden_dim=32, depth=3, activation="tanh", norm=None).double().eval()
     z = 3 * torch.randn(40, 6, dtype=torch.float64)
@@ -243,3 +242,65 @@ def test_fisher_rank_never_exceeds_the_tangent_rank() -> None:
     pooled = torch.func.jvp(head, (z,), (v,))[1]
     assert int(torch.linalg.matrix_rank(pooled, rtol=1e-3)) > 1  # what the old definition counted
     assert t.rank_backbone == 1 and t.rank_head == 1 and t.fisher_rank_loss == 0
+
+
+# ---------------------------------------------------------------------- batched products vs the reference
+def _reference_tangent_invariance(head: nn.Module, z: torch.Tensor, v: torch.Tensor, *, rtol: float = 1e-3,
+                                  num_probes: int = 16, exact: bool | None = None, bn_mode: str = "eval",
+                                  generator: torch.Generator | None = None) -> TangentInvariance:
+    """The unbatched definition (the library's implementation before the batched one replaced it):
+    one forward-mode call per probe for ‖J_h‖_F² and one per tangent-basis direction (and 64 points)
+    for the Fisher information F_T = mean_m Qᵀ J_h(z_m)ᵀ J_h(z_m) Q."""
+    dtype = z.dtype
+    h = functional_module(head, dtype=dtype, device=z.device, bn_mode=bn_mode)
+    m, d = z.shape
+    _, jv = torch.func.jvp(h, (z,), (v.to(dtype),))
+    exact = d <= num_probes if exact is None else exact
+    jf = torch.zeros(m, dtype=F64)
+    if exact:
+        for i in range(d):
+            u = torch.zeros_like(z)
+            u[:, i] = 1
+            jf += torch.func.jvp(h, (z,), (u,))[1].to(F64).pow(2).sum(1)
+    else:
+        g = generator if generator is not None else torch.Generator().manual_seed(0)
+        for _ in range(num_probes):
+            u = (torch.randint(0, 2, (m, d), generator=g) * 2 - 1).to(dtype=dtype)
+            jf += torch.func.jvp(h, (z,), (u,))[1].to(F64).pow(2).sum(1)
+        jf /= num_probes
+
+    def fisher(q: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+        q = q.to(dtype)
+        out = torch.zeros(q.shape[1], q.shape[1], dtype=F64)
+        for i in range(0, m, chunk):
+            zc = z[i:i + chunk]
+            jq = torch.stack([torch.func.jvp(h, (zc,), (q[:, j].expand_as(zc),))[1].to(F64) for j in range(q.shape[1])], -1)
+            out += torch.einsum("mkr,mks->rs", jq, jq)
+        return out / m
+
+    return summarise_tangents(v, jv, jf, d, rtol, bool(exact), fisher)
+
+
+@pytest.mark.parametrize("d, probes, depth, bn_mode", [
+    (6, 16, 3, "eval"), (24, 5, 2, "eval"), (24, 5, 1, "eval"), (24, 5, 3, "train"), (6, 16, 2, "train"),
+])
+def test_batched_tangent_invariance_equals_the_reference(d, probes, depth, bn_mode) -> None:
+    """Same gains, invariance, ranks (incl. a Fisher-rank loss) as the unbatched definition, with
+    products split over several calls (max_batch=7) and in BatchNorm train mode (M ≤ 64 points)."""
+    torch.manual_seed(0)
+    # the linear head maps to 2 dimensions: it must lose one direction of the 3-d tangent span
+    head = GeometricHead(d, 2 if depth == 1 else 4, hidden_dim=9, depth=depth, activation="gelu", norm="batch")
+    head = head.double().eval()
+    with torch.no_grad():  # non-trivial running statistics
+        head.mlp.norm0.running_mean.normal_() if depth > 1 else None
+    z = torch.randn(15, d, dtype=F64)
+    v = torch.randn(15, 3, dtype=F64) @ torch.randn(3, d, dtype=F64)  # a 3-d tangent span
+    v[4] = 0.0  # a zero tangent is skipped by both
+    ref = _reference_tangent_invariance(head, z, v, num_probes=probes, bn_mode=bn_mode, generator=_gen(3))
+    got = tangent_invariance(head, z, v, num_probes=probes, bn_mode=bn_mode, generator=_gen(3), max_batch=7)
+    r, g = dataclasses.asdict(ref), dataclasses.asdict(got)
+    for key in r:
+        assert g[key] == pytest.approx(r[key], rel=1e-10, abs=1e-14), key
+    assert got.rank_backbone == 3 and got.n_tangents == 14
+    if bn_mode == "eval":  # (train mode: batch centring removes a direction shared by all points)
+        assert got.fisher_rank_loss == (1 if depth == 1 else 0)

@@ -2,18 +2,23 @@
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from geohead.errors import NonFiniteError
+from geohead.geometry.density import slq_density
 from geohead.geometry.hessian import EffectiveHessian
+from geohead.geometry.lanczos import lanczos
 from geohead.geometry.operators import Operator
-from geohead.geometry.spectral import (
-    frobenius_norm, hutchinson_trace, lanczos, power_iteration, shifted_power_iteration, slq_density,
-)
+from geohead.geometry.trace import frobenius_norm, hutchinson_trace
 from geohead.heads import GeometricHead
 from geohead.objectives import get_objective
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from power_iteration import power_iteration, shifted_power_iteration  # noqa: E402  (baselines, not library)
 
 F64 = torch.float64
 

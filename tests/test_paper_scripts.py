@@ -62,7 +62,7 @@ def test_clamped_condition_is_lambda_max_times_1e7_when_rank_deficient() -> None
 
 
 def test_notebook_ratio_carries_the_width_factor_and_relative_compression_does_not() -> None:
-    from geohead.geometry.invariance import compression, space_geometry
+    from geohead.geometry.orbits import compression, space_geometry
     from width_artefact import isometry, notebook_ratio
 
     g = torch.Generator().manual_seed(1)

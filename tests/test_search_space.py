@@ -204,35 +204,6 @@ def test_write_search_plots_from_trials_csv(tmp_path) -> None:
         write_search_plots(tmp_path / "nowhere")
 
 
-# ---------------------------------------------------------------------- batched tangents
-@pytest.mark.parametrize("d, probes, depth", [(6, 16, 3), (24, 5, 2), (24, 5, 1)])
-def test_batched_tangent_invariance_equals_the_reference(d, probes, depth) -> None:
-    """Same gains, invariance, ranks (incl. a Fisher-rank loss) as geometry's tangent_invariance."""
-    import dataclasses
-
-    import torch
-
-    from geohead.geometry.invariance import tangent_invariance
-    from geohead.search.criteria import tangent_invariance_batched
-
-    torch.manual_seed(0)
-    # the linear head maps to 2 dimensions: it must lose one direction of the 3-d tangent span
-    head = GeometricHead(d, 2 if depth == 1 else 4, hidden_dim=9, depth=depth, activation="gelu", norm="batch")
-    head = head.double().eval()
-    with torch.no_grad():  # non-trivial running statistics
-        head.mlp.norm0.running_mean.normal_() if depth > 1 else None
-    z = torch.randn(15, d, dtype=torch.float64)
-    v = torch.randn(15, 3, dtype=torch.float64) @ torch.randn(3, d, dtype=torch.float64)  # a 3-d tangent span
-    v[4] = 0.0  # a zero tangent is skipped by both
-    ref = tangent_invariance(head, z, v, num_probes=probes, generator=torch.Generator().manual_seed(3))
-    got = tangent_invariance_batched(head, z, v, num_probes=probes, generator=torch.Generator().manual_seed(3), max_batch=7)
-    r, g = dataclasses.asdict(ref), dataclasses.asdict(got)
-    for key in r:
-        assert g[key] == pytest.approx(r[key], rel=1e-10, abs=1e-14), key
-    assert got.rank_backbone == 3 and got.n_tangents == 14
-    assert got.fisher_rank_loss == (1 if depth == 1 else 0)
-
-
 def test_local_workers_spread_over_the_visible_gpus() -> None:
     from geohead.search.runner import worker_device
 

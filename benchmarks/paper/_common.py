@@ -6,7 +6,7 @@ Every script reproduces one claim of Chaudhry (2026) and prints a table with thr
   github.com/farischaudhry/projection-head-geometry, commit 117231d);
 * **paper's formula**: geohead computing the same quantity the way the released code does
   (its formula and, where it matters, its pipeline), on our model;
-* **corrected**: geohead's measurement with the flaw listed in DESIGN.md "Known pitfalls" fixed.
+* **corrected**: geohead's measurement with the flaw listed in docs/theory.md, "Measurement pitfalls", fixed.
 
 Scales (``--scale``):
 
@@ -238,7 +238,7 @@ def paper_orbit_metrics(points: Tensor, labels: Tensor) -> dict[str, float]:
     spread = mean over orbits of the mean squared distance to the orbit centroid; D_intra = mean
     over orbits of the mean pairwise distance inside an orbit; D_inter = mean pairwise distance
     between class centroids (of all the class's points); ratio = D_inter / D_intra."""
-    from geohead.geometry.invariance import orbit_spread
+    from geohead.geometry.orbits import orbit_spread
 
     x = points.to(torch.float64)
     n, P, D = x.shape

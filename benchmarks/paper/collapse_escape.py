@@ -13,7 +13,7 @@ clamped at 1e-7. Published (results/cifar10/resnet18/hessian_tracker/*.npz): λ_
 
 Columns:
 
-* paper's formula: the released estimator (geohead.geometry.spectral.shifted_power_iteration,
+* paper's formula: the released estimator (benchmarks/power_iteration.py, shifted_power_iteration,
   float32, 20 + 20 steps) on our model, same batch; the clamped condition number;
 * corrected: Lanczos with full reorthogonalisation in float64 on the same operator (the
   effective Hessian H_eff = G + M of z1 ↦ L(predictor(head(z1)), head(z2)), geohead's
@@ -48,6 +48,8 @@ from torch.nn import functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # benchmarks/: power_iteration
 
 PAPER = {"silu": {"negative_epochs": 72, "epochs": 100}, "relu": {"negative_epochs": 1, "epochs": 100},
          "identity": None}
@@ -97,8 +99,8 @@ class Recorder:
 
     def __call__(self, info) -> None:
         from geohead.geometry import EffectiveHessian, escape_curvature, normalized_std, within_rank_condition
-        from geohead.geometry.spectral import shifted_power_iteration
         from geohead.objectives.base import CollapsedState
+        from power_iteration import shifted_power_iteration
 
         t = time.perf_counter()
         model = info.model

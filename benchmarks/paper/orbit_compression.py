@@ -12,7 +12,7 @@ a 2-layer head Linear-BN-ReLU-Linear-BN with 2048 hidden and 2048 output units, 
 * orbit curvature ratio head/backbone, mean ‖ŝ_{j+1} − 2ŝ_j + ŝ_{j−1}‖ over 200 test images
   rotated 0-45° in 10 steps (1.93×).
 
-Two things in the released measurement are not what the table says (DESIGN.md, Known pitfalls):
+Two things in the released measurement are not what the table says (docs/theory.md, "Measurement pitfalls"):
 
 1. *Formula*: the spreads are absolute, so a head that shrinks *everything* (orbits and the
    distances between images alike) reports a large "compression"; D_intra and D_inter shrink by
@@ -88,7 +88,7 @@ def orbits(model, mean, std, images: torch.Tensor, angles, rotate) -> dict[str, 
 
 
 def analyse(model, mean, std, test, args) -> dict:
-    from geohead.geometry.invariance import compression, orbit_curvature_paper, orbit_turning, space_geometry, total_spread
+    from geohead.geometry.orbits import compression, orbit_curvature_paper, orbit_turning, space_geometry, total_spread
 
     per = 1 if args.scale == "smoke" else 3
     idx = C.per_class(test, C.ORBIT_CLASSES, per, args.seed)

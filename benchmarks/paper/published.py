@@ -87,7 +87,7 @@ def load_npz(data: bytes) -> dict:
 
 def orbit_numbers(zs: np.ndarray, hs: np.ndarray, ids: np.ndarray, labels: np.ndarray) -> dict:
     """The released orbit metrics (paper's formula) and geohead's relative compression on the arrays."""
-    from geohead.geometry.invariance import compression, space_geometry, total_spread
+    from geohead.geometry.orbits import compression, space_geometry, total_spread
 
     n = len(np.unique(ids))
     order = np.argsort(ids, kind="stable")

@@ -81,7 +81,7 @@ def isometry(k: int, width: int, seed: int) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from geohead.geometry.invariance import compression, space_geometry
+    from geohead.geometry.orbits import compression, space_geometry
 
     args = C.finish_args(C.parser(__doc__, "width_artefact").parse_args(argv))
     t0 = time.perf_counter()

@@ -1,14 +1,22 @@
 """The theory as measurements: effective Hessian operators and spectra, curvature at collapse,
-collapse monitors, orbits and invariance, linear-head whitening.
+collapse monitors, orbits and invariance, linear-head whitening (docs/theory.md).
 
-Submodules (import what you need; all depend on torch only):
+Submodules (import what you need; all depend on torch only), one concept each:
 
-* :mod:`~geohead.geometry.hessian` — :class:`EffectiveHessian` (H_eff, G, M, G_tan as operators),
-  :func:`lanczos`, :func:`slq_density`, :func:`hutchinson_trace`, :func:`frobenius_norm`,
-  :func:`spectrum_summary`.
+* :mod:`~geohead.geometry.operators` — :class:`Operator` (a symmetric matvec), functional head
+  calls with an explicit BatchNorm mode, random probe vectors.
+* :mod:`~geohead.geometry.hessian` — :class:`EffectiveHessian` (H_eff, G, M, G_tan as operators).
+* :mod:`~geohead.geometry.lanczos` — :func:`lanczos` (extreme eigenvalues with Ritz residuals).
+* :mod:`~geohead.geometry.density` — :func:`slq_density` (stochastic Lanczos quadrature).
+* :mod:`~geohead.geometry.trace` — :func:`hutchinson_trace`, :func:`frobenius_norm`
+  (Hutchinson / Hutch++).
+* :mod:`~geohead.geometry.summary` — :func:`spectrum_summary` (the logged numbers of one operator).
 * :mod:`~geohead.geometry.collapse` — :func:`escape_curvature`, :func:`rankme`,
   :func:`alpha_req`, :func:`normalized_std`, :func:`within_rank_condition`.
-* :mod:`~geohead.geometry.invariance` — :func:`orbit_invariance` and its parts.
+* :mod:`~geohead.geometry.orbits` — :func:`build_orbits`, per-space orbit geometry, compression.
+* :mod:`~geohead.geometry.tangents` — :func:`tangent_invariance` (Jacobian gain and Fisher rank on
+  augmentation tangents).
+* :mod:`~geohead.geometry.invariance` — :func:`orbit_invariance`, the report composing the two.
 * :mod:`~geohead.geometry.linear` — :func:`linear_head_geometry` (Thm 3.1's implicit whitening).
 """
 from __future__ import annotations
@@ -17,17 +25,21 @@ from geohead.geometry.collapse import (
     CollapseMonitors, EscapeCurvature, WithinRankCondition, alpha_req, collapse_monitors, escape_curvature,
     normalized_std, rankme, within_rank_condition,
 )
-from geohead.geometry.hessian import (
-    EffectiveHessian, SpectrumSummary, frobenius_norm, hutchinson_trace, lanczos, slq_density, spectrum_summary,
-)
-from geohead.geometry.invariance import InvarianceReport, build_orbits, orbit_invariance
+from geohead.geometry.density import slq_density
+from geohead.geometry.hessian import EffectiveHessian
+from geohead.geometry.invariance import InvarianceReport, orbit_invariance
+from geohead.geometry.lanczos import lanczos
 from geohead.geometry.linear import LinearHeadGeometry, induced_metric, linear_head_geometry
 from geohead.geometry.operators import Operator
+from geohead.geometry.orbits import build_orbits
+from geohead.geometry.summary import SpectrumSummary, spectrum_summary
+from geohead.geometry.tangents import TangentInvariance, tangent_invariance
+from geohead.geometry.trace import frobenius_norm, hutchinson_trace
 
 __all__ = [
     "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry",
-    "Operator", "SpectrumSummary", "build_orbits", "induced_metric", "linear_head_geometry", "orbit_invariance",
-    "WithinRankCondition", "alpha_req", "collapse_monitors", "escape_curvature", "frobenius_norm",
-    "hutchinson_trace", "lanczos", "normalized_std", "rankme", "slq_density", "spectrum_summary",
-    "within_rank_condition",
+    "Operator", "SpectrumSummary", "TangentInvariance", "build_orbits", "induced_metric", "linear_head_geometry",
+    "orbit_invariance", "WithinRankCondition", "alpha_req", "collapse_monitors", "escape_curvature",
+    "frobenius_norm", "hutchinson_trace", "lanczos", "normalized_std", "rankme", "slq_density", "spectrum_summary",
+    "tangent_invariance", "within_rank_condition",
 ]

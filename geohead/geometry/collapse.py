@@ -5,7 +5,7 @@ head at the objective's collapsed state (complete collapse with a small perturba
 dimensional collapse to rank r) and reports both parts. Thm 4.1 of Chaudhry (2026) says that,
 for an objective with a positive semi-definite ∇²_e L and ∇_e L ≠ 0, a smooth head makes the
 collapsed state a saddle through M, while linear and ReLU heads (M = 0) cannot. Two things can
-make a raw λ_min(H_eff) misleading as evidence about the head (DESIGN.md, "Measured facts"):
+make a raw λ_min(H_eff) misleading as evidence about the head (docs/theory.md, "Measured facts"):
 objectives with batch standardisation (Barlow Twins, VICReg) or contrastive terms have a strongly
 indefinite ∇²_e L near collapse, so G has negative eigenvalues for *every* head, linear
 included; and where the premise holds (MSE to a target), the head-induced curvature is small.
@@ -26,8 +26,9 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.hessian import EffectiveHessian, Mode, count_negative, m_over_h_ratio, mode_settings
-from geohead.geometry.spectral import LanczosResult, lanczos
+from geohead.geometry.hessian import EffectiveHessian
+from geohead.geometry.lanczos import LanczosResult, lanczos
+from geohead.geometry.summary import Mode, count_negative, m_over_h_ratio, mode_settings
 
 
 @dataclasses.dataclass

@@ -27,50 +27,21 @@ for the objective's own Hessian), all from one forward graph:
   H − G (it is exactly zero for linear and ReLU heads in BatchNorm eval mode);
 * G v: J v by the double-vjp trick, ∇²_e L by double backward in e-space, Jᵀ by one vjp.
 
-Spectra come from :mod:`geohead.geometry.spectral` (re-exported here): :func:`lanczos`,
-:func:`slq_density`, :func:`hutchinson_trace`, :func:`frobenius_norm`; :func:`spectrum_summary`
-condenses one operator into the numbers the training loop and the head search log.
+Spectra of these operators: :func:`~geohead.geometry.lanczos.lanczos` (extremes),
+:func:`~geohead.geometry.density.slq_density` (density), :mod:`geohead.geometry.trace` (traces
+and Frobenius norms); :func:`~geohead.geometry.summary.spectrum_summary` condenses one operator
+into the numbers the training loop and the head search log. The theory: docs/theory.md,
+"The effective Hessian".
 """
 from __future__ import annotations
 
-import dataclasses
-import math
-from typing import Any, Callable, Literal
+from typing import Callable
 
 import torch
 from torch import Tensor, nn
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.operators import BN_MODES, Operator, as_operator, functional_module
-from geohead.geometry.spectral import (
-    Estimate,
-    LanczosResult,
-    SpectralDensity,
-    default_tol,
-    frobenius_norm,
-    hutchinson_trace,
-    lanczos,
-    power_iteration,
-    shifted_power_iteration,
-    slq_density,
-)
-
-Mode = Literal["accurate", "fast"]
-
-#: Settings of the two cost modes of :func:`spectrum_summary` and ``escape_curvature``.
-#: "accurate": float64 diagnostics, Ritz residuals to 1e-8·max|λ|. "fast": a fixed small Krylov
-#: budget for screening many heads (λ_max converges in a few steps, λ_min only roughly).
-MODES: dict[str, dict[str, Any]] = {
-    "accurate": {"k": 6, "max_iter": None, "lanczos_tol": None, "fro_probes": 30, "dtype": torch.float64},
-    "fast": {"k": 2, "max_iter": 10, "lanczos_tol": 1e-3, "fro_probes": 4, "dtype": torch.float32},
-}
-
-
-def mode_settings(mode: str, **given: Any) -> dict[str, Any]:
-    """The settings of ``mode`` (see :data:`MODES`) with every ``given`` value that is not None."""
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use one of {list(MODES)}")
-    return {**MODES[mode], **{k: v for k, v in given.items() if v is not None}}
+from geohead.geometry.operators import BN_MODES, Operator, functional_module
 
 
 def _check_finite(x: Tensor, name: str) -> None:
@@ -332,152 +303,4 @@ class EffectiveHessian:
         )
 
 
-# ---------------------------------------------------------------------- summary
-@dataclasses.dataclass
-class SpectrumSummary:
-    """The numbers one Lanczos run gives about a symmetric operator.
-
-    Attributes:
-        lambda_min, lambda_max: extreme Ritz values; ``residual_min``/``residual_max`` their
-            Ritz residuals (an eigenvalue lies within the residual).
-        scale: max|θ| over the Ritz values (what ``tol`` is relative to).
-        num_negative: Ritz values below −tol·scale: a lower bound on the number of eigenvalues
-            there (Cauchy interlacing), exact when ``exact``.
-        negative_tol: tol.
-        condition_within_rank: max|θ| / min{|θ| : converged, |θ| > tol·scale}: for a positive
-            semi-definite operator the ratio of its largest eigenvalue to its smallest *non-zero*
-            one, i.e. the condition number on its range (a single Krylov sequence sees the null
-            space as one eigenvalue, so the bottom end after it is the range's bottom end);
-            for an indefinite operator the ratio over the converged extremes (a lower bound).
-        m_over_h: ‖M‖_F/‖H_eff‖_F (only when an :class:`EffectiveHessian` was summarised),
-            ``m_over_h_stderr`` its propagated standard error (0 when computed exactly).
-        n_matvec, iterations, converged, exact: cost and status of the Lanczos run.
-    """
-
-    name: str
-    dim: int
-    lambda_min: float
-    lambda_max: float
-    residual_min: float
-    residual_max: float
-    scale: float
-    num_negative: int
-    negative_tol: float
-    condition_within_rank: float
-    iterations: int
-    n_matvec: int
-    converged: bool
-    exact: bool
-    dtype: str
-    eigenvalues: list[float]
-    m_over_h: float | None = None
-    m_over_h_stderr: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _condition(lz: LanczosResult, tol: float) -> float:
-    theta, res = lz.ritz_values, lz.ritz_residuals
-    scale = lz.scale
-    if scale == 0:
-        return float("nan")
-    ok = (res <= max(lz.tol, 1e-12) * scale * 10) & (theta.abs() > tol * scale)
-    if not bool(ok.any()):
-        return float("nan")
-    return scale / float(theta[ok].abs().min())
-
-
-def count_negative(lz: LanczosResult, tol: float, scale: float | None = None) -> int:
-    """Ritz values below −tol·scale (scale defaults to max|θ| of the run).
-
-    By Cauchy interlacing (T_m = QᵀAQ is a compression of A) the i-th smallest Ritz value is
-    ≥ the i-th smallest eigenvalue, so this count is a guaranteed lower bound on the number of
-    eigenvalues (with multiplicity) below the threshold; it equals it when the run was exact.
-    """
-    scale = lz.scale if scale is None else scale
-    return int((lz.ritz_values < -tol * scale).sum())
-
-
-def m_over_h_ratio(
-    eh: EffectiveHessian, *, num_probes: int = 30, generator: torch.Generator | None = None, exact: bool | None = None
-) -> tuple[float, float]:
-    """‖M‖_F / ‖H_eff‖_F with shared probes (exact when dim ≤ num_probes or ``exact=True``).
-
-    Returns (ratio, stderr); the stderr combines the two relative standard errors. M is computed
-    directly, so the ratio is exactly 0 where the head has no curvature.
-    """
-    seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) if generator is not None else 0
-    m = frobenius_norm(eh.M, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
-    h = frobenius_norm(eh.H, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
-    if h.value == 0:
-        return (0.0 if m.value == 0 else float("inf")), 0.0
-    ratio = m.value / h.value
-    rel = math.hypot(m.stderr / m.value if m.value else 0.0, h.stderr / h.value)
-    return ratio, ratio * rel
-
-
-def spectrum_summary(
-    op: Operator | EffectiveHessian | Callable[[Tensor], Tensor],
-    dim: int | None = None,
-    *,
-    k: int | None = None,
-    tol: float = 1e-6,
-    mode: Mode = "accurate",
-    max_iter: int | None = None,
-    lanczos_tol: float | None = None,
-    fro_probes: int | None = None,
-    generator: torch.Generator | None = None,
-) -> SpectrumSummary:
-    """λ_min, λ_max, negatives, within-rank condition number (and ‖M‖_F/‖H‖_F) of an operator.
-
-    Args:
-        op: an :class:`Operator`, a matvec callable (with ``dim``), or an
-            :class:`EffectiveHessian` (then H_eff is summarised and ‖M‖_F/‖H_eff‖_F added).
-        k: Ritz values per end (default by ``mode``: 6 accurate, 2 fast).
-        tol: an eigenvalue counts as negative only below −tol·max|λ| (DESIGN.md pitfall).
-        mode: ``"accurate"`` (converge to ``lanczos_tol``, default 1e-8 relative in float64) or
-            ``"fast"`` (at most 10 Lanczos steps, 4 Frobenius probes: a screening budget; the
-            operator's dtype is whatever the EffectiveHessian was built with).
-        max_iter, lanczos_tol, fro_probes: override the mode's settings.
-    """
-    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes)
-    k, max_iter, lanczos_tol, fro_probes = cfg["k"], cfg["max_iter"], cfg["lanczos_tol"], cfg["fro_probes"]
-    eh = op if isinstance(op, EffectiveHessian) else None
-    A = eh.H if eh is not None else as_operator(op, dim)
-    start = A.n_matvec
-    k = min(k, A.dim)
-    if max_iter is not None:
-        max_iter = max(max_iter, min(2 * k, A.dim))
-    lz = lanczos(A, k=k, which="both", max_iter=max_iter, tol=lanczos_tol, generator=generator)
-    ratio = se = None
-    if eh is not None:
-        ratio, se = m_over_h_ratio(eh, num_probes=fro_probes, generator=generator)
-    return SpectrumSummary(
-        name=A.name,
-        dim=A.dim,
-        lambda_min=lz.lambda_min,
-        lambda_max=lz.lambda_max,
-        residual_min=float(lz.ritz_residuals[0]),
-        residual_max=float(lz.ritz_residuals[-1]),
-        scale=lz.scale,
-        num_negative=count_negative(lz, tol),
-        negative_tol=tol,
-        condition_within_rank=_condition(lz, tol),
-        iterations=lz.iterations,
-        n_matvec=A.n_matvec - start,
-        converged=lz.converged,
-        exact=lz.exact,
-        dtype=str(A.dtype).replace("torch.", ""),
-        eigenvalues=lz.eigenvalues.tolist(),
-        m_over_h=ratio,
-        m_over_h_stderr=se,
-    )
-
-
-__all__ = [
-    "EffectiveHessian", "Estimate", "LanczosResult", "MODES", "Operator", "SpectralDensity",
-    "SpectrumSummary", "count_negative", "default_tol", "frobenius_norm", "hutchinson_trace",
-    "lanczos", "m_over_h_ratio", "power_iteration", "shifted_power_iteration", "slq_density",
-    "spectrum_summary",
-]
+__all__ = ["EffectiveHessian"]

@@ -1,7 +1,8 @@
 """Symmetric linear operators given by their matrix-vector product, and functional module calls.
 
 The geometry code never forms a Hessian; it hands :class:`Operator` objects (``v ↦ A v`` on a
-flattened space R^n) to Lanczos, stochastic Lanczos quadrature and Hutchinson estimators.
+flattened space R^n) to Lanczos, stochastic Lanczos quadrature and Hutchinson estimators, which
+draw their random start and probe vectors with :func:`gaussian_vector` and :func:`rademacher`.
 :func:`functional_module` evaluates a head (or predictor, teacher) with its weights detached and
 cast to the diagnostic dtype and its BatchNorm in an explicit mode, without touching the module:
 its parameters, running statistics and ``training`` flags are the same afterwards.
@@ -91,6 +92,24 @@ def as_operator(
     return Operator(op, dim, dtype=dtype or torch.float64, device=device)
 
 
+# ---------------------------------------------------------------------- probe vectors
+def default_generator(generator: torch.Generator | None, seed: int = 0) -> torch.Generator:
+    """``generator``, or a fresh CPU generator seeded with ``seed`` (estimators are reproducible by default)."""
+    return generator if generator is not None else torch.Generator().manual_seed(seed)
+
+
+def gaussian_vector(n: int, op: Operator, generator: torch.Generator) -> Tensor:
+    """(n,) standard Gaussian vector, drawn in float64 on the CPU, then cast to ``op``'s dtype/device
+    (so the draw does not depend on the operator's dtype)."""
+    return torch.randn(n, generator=generator, dtype=torch.float64).to(device=op.device, dtype=op.dtype)
+
+
+def rademacher(shape: tuple[int, ...], op: Operator, generator: torch.Generator) -> Tensor:
+    """Tensor of ``shape`` with independent ±1 entries (probability 1/2 each), in ``op``'s dtype/device."""
+    r = torch.randint(0, 2, shape, generator=generator).to(torch.float64) * 2 - 1
+    return r.to(device=op.device, dtype=op.dtype)
+
+
 # ---------------------------------------------------------------------- functional modules
 @contextlib.contextmanager
 def module_mode(module: nn.Module, training: bool) -> Iterator[None]:
@@ -137,4 +156,7 @@ def functional_module(
     return forward
 
 
-__all__ = ["BN_MODES", "Operator", "as_operator", "functional_module", "module_mode"]
+__all__ = [
+    "BN_MODES", "Operator", "as_operator", "default_generator", "functional_module", "gaussian_vector", "module_mode",
+    "rademacher",
+]

@@ -29,7 +29,7 @@ class BarlowTwins(Objective):
 
     Collapse: with all embeddings equal (up to a perturbation of std s), the standardisation
     divides by ~sqrt(s² + eps), which makes ∇²_e L huge and strongly indefinite near collapse
-    (see DESIGN.md, "Measured facts"). Under ``torch.distributed``, C is computed over the
+    (see docs/theory.md, "Measured facts"). Under ``torch.distributed``, C is computed over the
     global batch (embeddings gathered with gradient).
     """
 

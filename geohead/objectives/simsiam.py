@@ -16,7 +16,7 @@ class SimSiam(Objective):
 
     Args:
         distance: ``"cosine"`` (the paper) or ``"mse"`` (½‖p − z‖², positive semi-definite in p:
-            the premise of Thm 4.1; the "MSE to target" rows of DESIGN.md).
+            the premise of Thm 4.1; the "MSE to target" rows of docs/theory.md, "Measured facts").
 
     Collapse: a constant output with p = z minimises the loss (D = −1), gradient zero; the
     stop-gradient and the predictor are what prevent it (paper Sec. 4).

@@ -94,62 +94,6 @@ def _float(x: Any) -> float:
     return float("nan") if x is None else float(x)
 
 
-# ---------------------------------------------------------------------- tangents, batched
-def _jvp_batched(h: Callable[[Tensor], Tensor], z: Tensor, u: Tensor, max_batch: int) -> Tensor:
-    """J_h(z_i) u_i for rows (N, d) -> (N, k), ``max_batch`` rows per forward-mode call."""
-    return torch.cat([torch.func.jvp(h, (z[i:i + max_batch],), (u[i:i + max_batch],))[1]
-                      for i in range(0, z.shape[0], max_batch)])
-
-
-def tangent_invariance_batched(head: nn.Module, z: Tensor, v: Tensor, *, rtol: float = 1e-3, num_probes: int = 16,
-                               generator: torch.Generator | None = None, max_batch: int = 4096):
-    """:func:`geohead.geometry.invariance.tangent_invariance` (eval-mode BatchNorm) with every
-    forward-mode product of one kind in one batched call.
-
-    Same quantities, same probes (drawn in the same order from ``generator``), the same
-    :class:`~geohead.geometry.invariance.TangentInvariance`; the Fisher information on the
-    tangent span, F_T = mean_m Qᵀ J_h(z_m)ᵀ J_h(z_m) Q, is computed from one jvp on the M·r
-    stacked (point, direction) pairs instead of r jvps of M points. Products of a wide head are
-    bound by reading its weights, so this is what keeps the screen within its budget: measured
-    16x faster for a 512 -> 2048 x 3 head, r = 10, M = 10, one CPU thread (identical result).
-    ``tests/test_search_space.py`` checks it against the reference function.
-    """
-    from geohead.geometry.invariance import summarise_tangents
-    from geohead.geometry.operators import functional_module
-
-    if z.dim() != 2 or v.shape != z.shape:
-        raise ValueError(f"z and v must both have shape (M, d); got {tuple(z.shape)} and {tuple(v.shape)}")
-    if not (torch.isfinite(z).all() and torch.isfinite(v).all()):
-        raise ValueError("z or v contains non-finite values")
-    dtype = z.dtype if z.is_floating_point() else torch.float32
-    h = functional_module(head, dtype=dtype, device=z.device, bn_mode="eval")
-    m, d = z.shape
-    jv = _jvp_batched(h, z, v.to(dtype), max_batch)
-    exact = d <= num_probes
-    if exact:
-        u = torch.eye(d, dtype=dtype, device=z.device).repeat_interleave(m, 0)  # probe i: e_i at every point
-        n_probes = d
-    else:
-        g = generator if generator is not None else torch.Generator().manual_seed(0)
-        u = torch.cat([(torch.randint(0, 2, (m, d), generator=g) * 2 - 1).to(device=z.device, dtype=dtype)
-                       for _ in range(num_probes)])
-        n_probes = num_probes
-    ju = _jvp_batched(h, z.repeat(n_probes, 1), u, max_batch).to(torch.float64).pow(2).sum(1).view(n_probes, m)
-    jf = torch.zeros(m, dtype=torch.float64, device=z.device)
-    for row in ju:  # the reference's summation order
-        jf += row
-    if not exact:
-        jf /= num_probes
-
-    def fisher(q: Tensor) -> Tensor:  # q (d, r): one jvp on the M·r stacked (point, direction) pairs
-        r = q.shape[1]
-        dirs = q.T.to(dtype).repeat_interleave(m, 0)  # (r·m, d): direction j at every point
-        jq = _jvp_batched(h, z.repeat(r, 1), dirs, max_batch).to(torch.float64).view(r, m, -1)
-        return torch.einsum("rmk,smk->rs", jq, jq) / m
-
-    return summarise_tangents(v, jv, jf, d, rtol, exact, fisher)
-
-
 # ---------------------------------------------------------------------- H_eff conditioning
 def heff_conditioning(head: nn.Module, objective: nn.Module, z1: Tensor, z2: Tensor, *, predictor: nn.Module | None = None,
                       teacher: nn.Module | None = None, seed: int = 0, probes: int = 6) -> dict[str, float]:
@@ -233,7 +177,7 @@ def build_head(spec: HeadSpec, features: Tensor, seed: int, predictor_spec: Head
 def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     """Screen criteria of ``spec`` at init (see the module docstring); ~1 s on 2 CPU cores for
     d = 512, B = 256 (``benchmarks/search_screen.py``). Raises :class:`TrialDiverged` on NaN/inf."""
-    from geohead.geometry import escape_curvature, within_rank_condition
+    from geohead.geometry import escape_curvature, tangent_invariance, within_rank_condition
     from geohead.objectives import CollapsedState
 
     t0 = time.perf_counter()
@@ -259,7 +203,7 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
         out.update(screen_output_condition=wr.condition, screen_output_rank=wr.rank / wr.dim)
         inv, lost = [], 0
         for _, (z, v) in inputs.tangents.items():
-            ti = tangent_invariance_batched(head, z, v, num_probes=4, generator=torch.Generator().manual_seed(inputs.seed))
+            ti = tangent_invariance(head, z, v, num_probes=4, generator=torch.Generator().manual_seed(inputs.seed))
             inv.append(ti.invariance)
             lost += ti.fisher_rank_loss
         if inv:
@@ -321,9 +265,8 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
     from geohead.data import ORBIT_FAMILIES
     from geohead.features import extract, image_encoder
     from geohead.geometry import normalized_std, rankme, within_rank_condition
-    from geohead.geometry.invariance import (
-        Orbits, build_orbits, compression, orbit_tangents, space_geometry,
-    )
+    from geohead.geometry.orbits import Orbits, build_orbits, compression, space_geometry
+    from geohead.geometry.tangents import orbit_tangents, tangent_invariance
     from geohead.probes import knn_accuracy
 
     modes = [(m, m.training) for m in (backbone, head, predictor, teacher_head) if m is not None]
@@ -364,7 +307,7 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
             # tangents of the first few orbits only: the Fisher rank costs one forward-mode
             # product per tangent direction (up to d)
             z, v = orbit_tangents(Orbits(orb.params, orb.backbone[:nt], orb.head[:nt]))
-            ti = tangent_invariance_batched(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
+            ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
             invs.append(ti.invariance)
             lost += ti.fisher_rank_loss
         if comps:
@@ -436,6 +379,6 @@ def geometric_score(crit: dict[str, float], weights: dict[str, float] | None = N
 
 __all__ = [
     "DEFAULT_FAMILIES", "EvalInputs", "SCORE_CRITERIA", "ScreenInputs", "TrialDiverged", "build_head",
-    "calibrate_batchnorm", "geometric_score", "score_components", "screen", "screen_verdict", "tangent_invariance_batched",
+    "calibrate_batchnorm", "geometric_score", "score_components", "screen", "screen_verdict",
     "trained_criteria",
 ]

@@ -220,7 +220,8 @@ class TrialRunner:
         from geohead.config import ConfigError, apply_overrides, config_from_dict
         from geohead.data import ORBIT_FAMILIES, load_dataset, make_view_fn
         from geohead.features import image_encoder
-        from geohead.geometry.invariance import build_orbits, orbit_tangents
+        from geohead.geometry.orbits import build_orbits
+        from geohead.geometry.tangents import orbit_tangents
         from geohead.train import build_models, resolve_device
 
         self.cfg = cfg
