@@ -213,7 +213,7 @@ def test_load_backbone_round_trips_every_kind(vit_run, resnet_run, tmp_path) -> 
     assert torch.equal(features(vit, x), features(backbone_of(vit_run, round_to=torch.bfloat16), x))
     # a whole SSLModel: its backbone, and its head with with_head
     from geohead.config import config_from_dict
-    from geohead.train import build_models
+    from geohead.model import build_models
 
     model = build_models(config_from_dict(load_checkpoint(resnet_run).meta["config"]))[0]
     res = export_backbone(model, tmp_path / "ssl", with_head=True)
@@ -303,18 +303,18 @@ def test_nothing_half_written_and_overwrite(resnet_run, tmp_path, monkeypatch) -
         export_backbone(resnet_run, out, dtype="bf16")
     assert load_file(str(out / "model.safetensors"))["conv1.weight"].dtype == torch.float32  # untouched
 
-    import geohead.export as ex
+    import geohead.export.write as ex
 
-    real_save = ex._save
+    real_save = ex.save_safetensors
     calls = []
 
-    def failing_save(tensors, path, metadata):
+    def failing_save(path, tensors, metadata):
         calls.append(path.name)
         if path.name == "head.safetensors":
             raise OSError("disk full (simulated)")
-        real_save(tensors, path, metadata)
+        return real_save(path, tensors, metadata)
 
-    monkeypatch.setattr(ex, "_save", failing_save)
+    monkeypatch.setattr(ex, "save_safetensors", failing_save)
     with pytest.raises(OSError, match="disk full"):
         export_backbone(resnet_run, tmp_path / "new", with_head=True)
     with pytest.raises(OSError, match="disk full"):
@@ -324,7 +324,7 @@ def test_nothing_half_written_and_overwrite(resnet_run, tmp_path, monkeypatch) -
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]  # the old export stays whole
     assert tensor_checksum(load_file(str(out / "model.safetensors"))) == first.checksum
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp"]  # no temporary folders left
-    monkeypatch.setattr(ex, "_save", real_save)
+    monkeypatch.setattr(ex, "save_safetensors", real_save)
     second = export_backbone(resnet_run, out, dtype="bf16", overwrite=True)
     assert load_file(str(out / "model.safetensors"))["conv1.weight"].dtype == torch.bfloat16
     assert second.checksum != first.checksum

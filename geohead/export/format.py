@@ -1,0 +1,130 @@
+"""The export format, shared by writing and reading: file names, format tags, storage dtypes,
+the tensor checksum, the metadata encoding, and the check that tensors fit a backbone config."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor, nn
+
+EXPORT_FORMAT = "geohead.backbone/1"
+HEAD_FORMAT = "geohead.head/1"
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+HEAD_WEIGHTS_NAME = "head.safetensors"
+HEAD_SPEC_NAME = "head.json"
+
+#: ``--dtype`` choices: the dtype floating-point tensors are stored in (integer buffers such as
+#: BatchNorm's ``num_batches_tracked`` keep theirs).
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class ExportError(ValueError):
+    """An export that cannot be written or read: wrong source, bad folder, corrupted file."""
+
+
+def tensor_checksum(tensors: Mapping[str, Tensor]) -> str:
+    """``"sha256:<hex>"`` over the tensors in sorted name order.
+
+    For each tensor: its name (UTF-8), its dtype (e.g. ``torch.bfloat16``), its shape, each
+    followed by a NUL byte, then its raw bytes in C order (little-endian, as safetensors stores
+    them). Equal checksums mean equal names, dtypes, shapes and bits.
+    """
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(name.encode() + b"\0" + str(t.dtype).encode() + b"\0" + str(tuple(t.shape)).encode() + b"\0")
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+# ---------------------------------------------------------------------- metadata
+def encode_metadata(prov: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, str]:
+    """Safetensors metadata: ``format = "pt"`` and each entry as JSON text under ``geohead.<key>``."""
+    meta = {"format": "pt"}
+    for k, v in {**prov, **extra}.items():
+        meta[f"geohead.{k}"] = json.dumps(v, sort_keys=True)
+    return meta
+
+
+def decode_metadata(meta: Mapping[str, str], path: Path) -> dict[str, Any]:
+    """Inverse of :func:`encode_metadata`: the ``geohead.*`` entries parsed, ``geohead.`` removed."""
+    out = {}
+    for k, v in meta.items():
+        if k.startswith("geohead."):
+            try:
+                out[k[len("geohead."):]] = json.loads(v)
+            except json.JSONDecodeError:
+                raise ExportError(f"{str(path)!r}: metadata {k!r} is not valid JSON (corrupted header)") from None
+    return out
+
+
+# ---------------------------------------------------------------------- architecture check
+def shape_mismatch(expected: Mapping[str, Tensor], got: Mapping[str, Tensor]) -> str | None:
+    """None when ``got`` has exactly ``expected``'s names and shapes, else a description."""
+    missing = sorted(set(expected) - set(got))
+    unexpected = sorted(set(got) - set(expected))
+    shapes = [
+        f"{k}: {tuple(got[k].shape)} vs {tuple(expected[k].shape)}"
+        for k in sorted(set(expected) & set(got)) if tuple(got[k].shape) != tuple(expected[k].shape)
+    ]
+    if not (missing or unexpected or shapes):
+        return None
+    parts = []
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch (file vs model)", shapes)):
+        if items:
+            more = f" and {len(items) - 4} more" if len(items) > 4 else ""
+            parts.append(f"{label}: {items[:4]}{more}")
+    return "; ".join(parts)
+
+
+def _describe(config: Mapping[str, Any]) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in sorted(config.get("model_args", {}).items()))
+    stem = ", CIFAR stem" if config.get("cifar_stem") else ""
+    return f"{config.get('name', config.get('architecture'))!r} ({config.get('architecture')}({args}){stem})"
+
+
+def check_architecture(config: dict[str, Any], tensors: Mapping[str, Tensor], what: str, load: bool = False) -> nn.Module:
+    """Rebuild the backbone of ``config``, check that ``tensors`` fit it exactly, and (``load``)
+    load them.
+
+    The architecture is built on the meta device (no memory, no random initialisation: a ViT's
+    init alone takes seconds on a CPU); with ``load`` the tensors are then assigned in the
+    parameters' dtype (float32), in the config's memory format. A model with non-persistent
+    buffers (not in a state_dict) is built for real instead, so that those buffers hold values.
+    Without ``load`` the returned model lives on the meta device (for its config only).
+    """
+    from geohead.backbones import rebuild_backbone
+
+    try:
+        with torch.device("meta"):
+            model = rebuild_backbone(config)
+    except (ValueError, TypeError, RuntimeError, KeyError) as exc:
+        raise ExportError(f"{what}: cannot rebuild backbone {_describe(config)}: {exc}") from None
+    expected = model.state_dict()
+    problem = shape_mismatch(expected, tensors)
+    if problem is not None:
+        raise ExportError(
+            f"{what} holds tensors of another architecture than its config's backbone {_describe(config)}: "
+            f"{problem}. The file and its config do not belong together; export the checkpoint again"
+        )
+    if not load:
+        return model
+    if any(name not in expected for name, _ in model.named_buffers()):
+        model = rebuild_backbone(config)
+        model.load_state_dict(tensors, strict=True)
+        return model
+    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in tensors.items()}, strict=True, assign=True)
+    if config.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+    return model
+
+
+__all__ = [
+    "CONFIG_NAME", "DTYPES", "EXPORT_FORMAT", "ExportError", "HEAD_FORMAT", "HEAD_SPEC_NAME", "HEAD_WEIGHTS_NAME",
+    "WEIGHTS_NAME", "check_architecture", "decode_metadata", "encode_metadata", "shape_mismatch", "tensor_checksum",
+]

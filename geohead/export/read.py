@@ -1,0 +1,114 @@
+"""Reading an export folder: :func:`load_backbone`, :func:`load_head`, :func:`read_config`,
+:func:`read_metadata`. Safetensors and JSON only: nothing is ever unpickled."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from geohead.export.format import (
+    CONFIG_NAME, EXPORT_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, WEIGHTS_NAME, ExportError, check_architecture,
+    decode_metadata, shape_mismatch, tensor_checksum,
+)
+from geohead.heads import GeometricHead, HeadSpec
+from geohead.io import SafetensorsReadError, read_safetensors
+
+
+def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
+    """The ``geohead.*`` metadata of an exported safetensors file, parsed (``geohead.`` removed)."""
+    _, meta = _read_safetensors(Path(path), "safetensors file", tensors=False)
+    return decode_metadata(meta, Path(path))
+
+
+def _read_safetensors(path: Path, what: str, tensors: bool = True) -> tuple[dict[str, Tensor], dict[str, str]]:
+    """:func:`geohead.io.read_safetensors`, its errors as :class:`ExportError`."""
+    try:
+        return read_safetensors(path, what, tensors)
+    except SafetensorsReadError as exc:
+        raise ExportError(str(exc)) from None
+
+
+def read_config(path: str | os.PathLike) -> dict[str, Any]:
+    """The parsed ``config.json`` of an export folder (with its ``geohead`` section)."""
+    d = Path(path)
+    if not d.exists():
+        raise ExportError(f"export folder {str(d)!r} does not exist; give the folder written by geohead export")
+    if not d.is_dir():
+        raise ExportError(f"{str(d)!r} is not a folder; give the folder written by geohead export (it holds {CONFIG_NAME} and {WEIGHTS_NAME})")
+    cfg_path = d / CONFIG_NAME
+    if not cfg_path.is_file():
+        raise ExportError(f"{str(d)!r} has no {CONFIG_NAME}; it is not a geohead export folder")
+    try:
+        config = json.loads(cfg_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ExportError(f"{str(cfg_path)!r} is not valid JSON (corrupted?): {exc}") from None
+    g = config.get("geohead") if isinstance(config, dict) else None
+    if not isinstance(g, dict) or g.get("format") != EXPORT_FORMAT or not isinstance(g.get("backbone"), dict):
+        raise ExportError(
+            f"{str(cfg_path)!r} has no geohead section (format {EXPORT_FORMAT!r}): not written by geohead export; "
+            "a plain timm folder loads with timm.create_model('local-dir:...', pretrained=True)"
+        )
+    return config
+
+
+def load_backbone(path: str | os.PathLike, *, verify: bool = True, device: str | torch.device = "cpu") -> nn.Module:
+    """The backbone of an export folder, for any backbone (the CIFAR stem included).
+
+    Reads ``config.json`` and ``model.safetensors`` (safetensors only, never a pickle), checks the
+    tensors' checksum (``verify``), rebuilds the architecture with
+    :func:`geohead.backbones.rebuild_backbone` and loads the weights (cast to the model's float32
+    parameters when stored in bf16/fp16).
+
+    Returns: the timm module in eval mode, ``model(x)`` (B, 3, S, S) -> (B, num_features), with
+    ``.geohead_config`` (rebuild config) and ``.geohead_export`` (the config's geohead section).
+
+    Raises:
+        ExportError: a missing folder or file, a truncated or corrupted file (also a checksum
+            mismatch), tensors of another architecture than the config's.
+    """
+    config = read_config(path)
+    g = config["geohead"]
+    d = Path(path)
+    tensors, raw = _read_safetensors(d / WEIGHTS_NAME, "weights file")
+    meta = decode_metadata(raw, d / WEIGHTS_NAME)
+    if meta.get("format") != EXPORT_FORMAT:
+        raise ExportError(f"{str(d / WEIGHTS_NAME)!r} is a safetensors file but not a geohead backbone export")
+    if verify:
+        got = tensor_checksum(tensors)
+        want = g.get("checksum")
+        if got != want or meta.get("checksum") != want:
+            raise ExportError(
+                f"{str(d / WEIGHTS_NAME)!r} fails its checksum (config {want}, file metadata "
+                f"{meta.get('checksum')}, tensors {got}): the file is corrupted or was replaced; export again"
+            )
+    model = check_architecture(g["backbone"], tensors, f"{str(d / WEIGHTS_NAME)!r}", load=True)
+    model.geohead_export = g
+    return model.to(device).eval()
+
+
+def load_head(path: str | os.PathLike, *, verify: bool = True) -> GeometricHead:
+    """The head exported with ``with_head=True``: a :class:`~geohead.heads.GeometricHead` in eval mode."""
+    config = read_config(path)
+    g = config["geohead"]
+    d = Path(path)
+    if not g.get("files", {}).get("head"):
+        raise ExportError(f"{str(d)!r} was exported without the head; export again with --with-head")
+    tensors, meta = _read_safetensors(d / HEAD_WEIGHTS_NAME, "head file")
+    if verify and (tensor_checksum(tensors) != g.get("head_checksum")):
+        raise ExportError(f"{str(d / HEAD_WEIGHTS_NAME)!r} fails its checksum: corrupted or replaced; export again")
+    try:
+        head = GeometricHead.from_spec(HeadSpec.from_json(d / HEAD_SPEC_NAME))
+    except (ValueError, FileNotFoundError) as exc:
+        raise ExportError(f"{str(d / HEAD_SPEC_NAME)!r}: {exc}") from None
+    problem = shape_mismatch(head.state_dict(), tensors)
+    if problem is not None:
+        raise ExportError(f"{str(d / HEAD_WEIGHTS_NAME)!r} does not fit {HEAD_SPEC_NAME}: {problem}")
+    head.load_state_dict(tensors, strict=True)
+    return head.eval()
+
+
+__all__ = ["load_backbone", "load_head", "read_config", "read_metadata"]

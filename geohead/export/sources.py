@@ -1,0 +1,101 @@
+"""What an export writes, by source: the backbone's rebuild config and tensors, the head, provenance.
+
+A source is a ``geohead train`` checkpoint (student or EMA teacher branch) or an in-memory model
+(geohead's ``SSLModel`` or a backbone from :func:`geohead.backbones.create_backbone`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from torch import Tensor, nn
+
+from geohead._version import __version__
+from geohead.checkpoint import Checkpoint
+from geohead.export.format import ExportError
+
+
+@dataclasses.dataclass
+class Source:
+    """A backbone to export: its rebuild config, tensors, optional head, provenance."""
+
+    config: dict[str, Any]
+    tensors: dict[str, Tensor]
+    head: dict[str, Tensor] | None
+    head_spec: dict[str, Any] | None
+    provenance: dict[str, Any]
+
+
+def source_of_checkpoint(ck: Checkpoint, teacher: bool, with_head: bool) -> Source:
+    meta = ck.meta
+    config = meta.get("backbone")
+    if not isinstance(config, dict) or "architecture" not in config:
+        raise ExportError(
+            f"checkpoint {str(ck.path)!r} records no backbone config (metadata 'backbone'); "
+            "it was not written by geohead train, so its architecture is unknown"
+        )
+    branch = "teacher" if teacher else "model"
+    tensors = ck.section(f"{branch}.backbone")
+    if teacher and not tensors:
+        raise ExportError(
+            f"checkpoint {str(ck.path)!r} (objective {meta.get('objective')!r}) has no EMA teacher; only BYOL and "
+            "DINO train one. Drop --teacher to export the student backbone"
+        )
+    if not tensors:
+        raise ExportError(f"checkpoint {str(ck.path)!r} holds no backbone tensors (no 'model.backbone.*' keys)")
+    head = head_spec = None
+    if with_head:
+        head = ck.section(f"{branch}.head")
+        head_spec = meta.get("head_spec")
+        if not head or head_spec is None:
+            raise ExportError(f"checkpoint {str(ck.path)!r} holds no {branch} head to export with --with-head")
+    provenance = {
+        "geohead_version": meta.get("geohead_version"),
+        "objective": meta.get("objective"),
+        "objective_hparams": meta.get("objective_hparams"),
+        "head_spec": meta.get("head_spec"),
+        "predictor_spec": meta.get("predictor_spec"),
+        "data": meta.get("data"),
+        "step": meta.get("step"),
+        "epoch": meta.get("epoch"),
+        "total_steps": meta.get("total_steps"),
+        "branch": "teacher" if teacher else "student",
+        "source": str(ck.path),
+    }
+    return Source(dict(config), tensors, head, head_spec, provenance)
+
+
+def source_of_module(model: nn.Module, with_head: bool, teacher: bool) -> Source:
+    if teacher:
+        raise ExportError("teacher=True selects the EMA teacher of a checkpoint; to export a teacher module, pass it itself")
+    model = getattr(model, "_orig_mod", model)  # torch.compile
+    model = getattr(model, "module", model)  # DistributedDataParallel
+    backbone = getattr(model, "backbone", model)
+    head = getattr(model, "head", None) if backbone is not model else None
+    config = getattr(backbone, "geohead_config", None)
+    if not isinstance(config, dict):
+        raise ExportError(
+            f"{type(backbone).__name__} has no geohead_config, so its architecture cannot be recorded; create it with "
+            "geohead.backbones.create_backbone(...) or export a training checkpoint / run folder"
+        )
+    tensors = dict(backbone.state_dict())
+    head_tensors = head_spec = None
+    if with_head:
+        spec = getattr(head, "spec", None)
+        if head is None or spec is None:
+            raise ExportError("with_head=True needs a model with a GeometricHead .head (e.g. geohead's SSLModel)")
+        head_tensors, head_spec = dict(head.state_dict()), spec.to_dict()
+    spec = getattr(head, "spec", None) if head is not None else None
+    provenance = {
+        "geohead_version": __version__,
+        "objective": None,
+        "head_spec": spec.to_dict() if spec is not None else None,
+        "data": None,
+        "step": None,
+        "branch": "student",
+        "source": f"in-memory {type(model).__name__}",
+    }
+    return Source(dict(config), tensors, head_tensors, head_spec, provenance)
+
+
+__all__ = ["Source", "source_of_checkpoint", "source_of_module"]

@@ -1,0 +1,240 @@
+"""Writing an export folder: :func:`export_backbone` and timm's ``config.json`` (:func:`timm_config`)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from torch import Tensor, nn
+
+from geohead._version import __version__
+from geohead.checkpoint import Checkpoint, load_checkpoint
+from geohead.export.format import (
+    CONFIG_NAME, DTYPES, EXPORT_FORMAT, HEAD_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, WEIGHTS_NAME, ExportError,
+    check_architecture, encode_metadata, tensor_checksum,
+)
+from geohead.export.sources import source_of_checkpoint, source_of_module
+from geohead.io import atomic_write_text, default_mode, fsync_dir, save_safetensors
+
+
+@dataclasses.dataclass
+class ExportResult:
+    """What :func:`export_backbone` wrote.
+
+    Attributes:
+        out_dir: the export folder; weights / config: its two files; head_weights / head_spec:
+            the head's files (None without ``with_head``).
+        timm_loadable: True when ``timm.create_model("local-dir:DIR", pretrained=True,
+            num_classes=0)`` rebuilds it (else use :func:`load_backbone`).
+        checksum: ``"sha256:<hex>"`` of the backbone tensors (:func:`tensor_checksum`).
+        num_tensors, num_params: tensors in the file and their total number of elements.
+        dtype: storage dtype name ("fp32", "bf16", "fp16"); branch: "student" or "teacher".
+    """
+
+    out_dir: Path
+    weights: Path
+    config: Path
+    head_weights: Path | None
+    head_spec: Path | None
+    timm_loadable: bool
+    checksum: str
+    num_tensors: int
+    num_params: int
+    dtype: str
+    branch: str
+
+
+# ---------------------------------------------------------------------- config.json
+def _global_pool(model: nn.Module) -> str | None:
+    gp = getattr(model, "global_pool", None)
+    if isinstance(gp, str):
+        return gp or None
+    pool_type = getattr(gp, "pool_type", None)
+    return pool_type if isinstance(pool_type, str) and pool_type else None
+
+
+def timm_config(model: nn.Module, config: Mapping[str, Any], mean: list[float], std: list[float]) -> dict[str, Any]:
+    """timm's hub ``config.json`` for a classifier-free backbone (read by ``local-dir:``).
+
+    Layout (timm ``_hub._parse_model_cfg``): ``architecture``, ``num_classes`` (0),
+    ``num_features``, ``global_pool``, ``model_args`` (passed to ``timm.create_model``) and
+    ``pretrained_cfg`` (input_size, fixed_input_size, interpolation, crop_pct=1, crop_mode,
+    mean, std, num_classes, first_conv, classifier). Fields that name timm's own pretrained
+    weights (tag, license, URLs) are left out: these weights are not those.
+    """
+    pc = dict(getattr(model, "pretrained_cfg", None) or {})
+    size = int(config["img_size"])
+    model_args = {**config.get("model_args", {}), "num_classes": 0}
+    fixed = bool(pc.get("fixed_input_size", False)) and not model_args.get("dynamic_img_size", False)
+    out: dict[str, Any] = {
+        "architecture": config["architecture"],
+        "num_classes": 0,
+        "num_features": int(config.get("num_features") or getattr(model, "num_features")),
+    }
+    gp = _global_pool(model)
+    if gp:
+        out["global_pool"] = gp
+    out["model_args"] = model_args
+    pretrained_cfg = {
+        "input_size": [3, size, size],
+        "fixed_input_size": fixed,
+        "interpolation": "bilinear",  # how geohead's loaders resize
+        "crop_pct": 1.0,
+        "crop_mode": "center",
+        "mean": [float(x) for x in mean],
+        "std": [float(x) for x in std],
+        "num_classes": 0,
+    }
+    for key in ("first_conv", "classifier"):
+        if pc.get(key) is not None:
+            pretrained_cfg[key] = pc[key]
+    out["pretrained_cfg"] = pretrained_cfg
+    return out
+
+
+# ---------------------------------------------------------------------- writing
+def _cast(tensors: Mapping[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor]:
+    """Floating tensors in ``dtype``, all on the CPU (:func:`~geohead.io.save_safetensors` copies them)."""
+    return {k: v.detach().to("cpu", dtype) if v.is_floating_point() else v.detach().cpu() for k, v in tensors.items()}
+
+
+def _place(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Move the finished folder ``tmp`` to ``out``; an existing ``out`` is replaced only with ``overwrite``."""
+    if out.exists() or out.is_symlink():
+        if not out.is_dir():
+            raise ExportError(f"--out {str(out)!r} exists and is not a folder; choose another path")
+        if any(out.iterdir()) and not overwrite:
+            raise ExportError(f"--out {str(out)!r} already holds files; pass --overwrite (overwrite=True) or choose another folder")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            os.replace(old, out)  # put the old export back
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    fsync_dir(out.parent)
+
+
+def export_backbone(
+    source: nn.Module | Checkpoint | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    dtype: str = "fp32",
+    teacher: bool = False,
+    with_head: bool = False,
+    overwrite: bool = False,
+    mean: list[float] | tuple[float, ...] | None = None,
+    std: list[float] | tuple[float, ...] | None = None,
+) -> ExportResult:
+    """Write the backbone of ``source`` alone to ``out_dir`` (see the module docstring).
+
+    Args:
+        source: a run folder or ``.ckpt`` file of ``geohead train`` (or a loaded
+            :class:`~geohead.checkpoint.Checkpoint`), geohead's ``SSLModel`` (its ``.backbone``
+            is exported, ``.head`` with ``with_head``), or a backbone from
+            :func:`geohead.backbones.create_backbone`.
+        out_dir: the export folder (created with its parents; written in a temporary sibling
+            folder and renamed, so a failure leaves nothing half-written).
+        dtype: ``"fp32"`` (default), ``"bf16"`` or ``"fp16"``: storage dtype of floating tensors.
+        teacher: export the EMA teacher's backbone (BYOL/DINO practice) instead of the student's.
+        with_head: also write the head to ``head.safetensors`` + ``head.json`` (never into
+            ``model.safetensors``).
+        overwrite: replace an existing non-empty ``out_dir``.
+        mean, std: the input normalisation for ``pretrained_cfg``; default: the training data's
+            (from the checkpoint). A module export without them keeps timm's architecture default
+            and records ``data: null``.
+
+    Returns: :class:`ExportResult`.
+
+    Raises:
+        ExportError: bad dtype, no teacher, a checkpoint whose backbone tensors do not fit its
+            recorded architecture, an occupied ``out_dir``.
+        CheckpointError: a missing, truncated, corrupted or non-geohead checkpoint.
+    """
+    if dtype not in DTYPES:
+        raise ExportError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
+    if isinstance(source, nn.Module):
+        src = source_of_module(source, with_head, teacher)
+    else:
+        ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
+        src = source_of_checkpoint(ck, teacher, with_head)
+    model = check_architecture(src.config, src.tensors, f"backbone of {src.provenance['source']!r}")
+
+    data = src.provenance.get("data") or {}
+    if mean is None:
+        mean = data.get("mean") or list(getattr(model, "pretrained_cfg", {}).get("mean", (0.485, 0.456, 0.406)))
+    if std is None:
+        std = data.get("std") or list(getattr(model, "pretrained_cfg", {}).get("std", (0.229, 0.224, 0.225)))
+    for name, v in (("mean", mean), ("std", std)):
+        if len(v) != 3:
+            raise ExportError(f"{name} must have 3 values (one per RGB channel), got {list(v)}")
+
+    torch_dtype = DTYPES[dtype]
+    tensors = _cast(src.tensors, torch_dtype)
+    checksum = tensor_checksum(tensors)
+    timm_loadable = bool(src.config.get("timm_loadable", not src.config.get("cifar_stem", False)))
+    config = timm_config(model, src.config, list(mean), list(std))
+    out = Path(out_dir)
+    load_hint = (
+        "timm.create_model('local-dir:<this folder>', pretrained=True, num_classes=0)" if timm_loadable
+        else f"geohead.load_backbone('<this folder>')  (timm cannot build the {src.config.get('name')} stem from arguments)"
+    )
+    extra = {"format": EXPORT_FORMAT, "dtype": dtype, "backbone": src.config, "checksum": checksum}
+    head_checksum = None
+    head_tensors = _cast(src.head, torch_dtype) if src.head is not None else None
+    if head_tensors is not None:
+        head_checksum = tensor_checksum(head_tensors)
+    config["geohead"] = {
+        "format": EXPORT_FORMAT,
+        "version": __version__,
+        "timm_loadable": timm_loadable,
+        "load": load_hint,
+        "backbone": src.config,
+        "dtype": dtype,
+        "checksum": checksum,
+        "files": {"weights": WEIGHTS_NAME, "head": HEAD_WEIGHTS_NAME if head_tensors is not None else None,
+                  "head_spec": HEAD_SPEC_NAME if head_tensors is not None else None},
+        "head_checksum": head_checksum,
+        "provenance": src.provenance,
+    }
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        save_safetensors(tmp / WEIGHTS_NAME, tensors, encode_metadata(src.provenance, extra))
+        if head_tensors is not None:
+            save_safetensors(tmp / HEAD_WEIGHTS_NAME, head_tensors, encode_metadata(
+                {"head_spec": src.head_spec, "source": src.provenance["source"], "branch": src.provenance["branch"]},
+                {"format": HEAD_FORMAT, "dtype": dtype, "checksum": head_checksum},
+            ))
+            atomic_write_text(tmp / HEAD_SPEC_NAME, json.dumps(src.head_spec, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(tmp / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
+        os.chmod(tmp, default_mode(folder=True))  # mkdtemp makes it 0700
+        _place(tmp, out, overwrite)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return ExportResult(
+        out_dir=out,
+        weights=out / WEIGHTS_NAME,
+        config=out / CONFIG_NAME,
+        head_weights=out / HEAD_WEIGHTS_NAME if head_tensors is not None else None,
+        head_spec=out / HEAD_SPEC_NAME if head_tensors is not None else None,
+        timm_loadable=timm_loadable,
+        checksum=checksum,
+        num_tensors=len(tensors),
+        num_params=sum(t.numel() for t in tensors.values()),
+        dtype=dtype,
+        branch=src.provenance["branch"],
+    )
+
+
+__all__ = ["ExportResult", "export_backbone", "timm_config"]
