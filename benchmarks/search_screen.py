@@ -41,18 +41,19 @@ def main() -> None:
     from geohead.geometry import escape_curvature
     from geohead.objectives import CollapsedState
     from geohead.search.criteria import build_head, screen
-    from geohead.search.runner import SearchConfig, TrialRunner, describe_spec
+    from geohead.search.config import SearchConfig
+    from geohead.search.inputs import prepare_trial_inputs
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
     cfg = SearchConfig(objective=args.objective, backbone=args.backbone, n_train=1024, probe_train=256, probe_test=128,
                        screen_batch=256, out="/tmp/geohead-screen-bench", progress=False, seed=args.seed)
-    runner = TrialRunner(cfg, echo=lambda s: None)
-    inp = runner.screen_inputs
-    d = runner.in_dim
+    prepared = prepare_trial_inputs(cfg, echo=lambda s: None)
+    inp = prepared.screen_inputs
+    d = prepared.in_dim
     print(f"features: {args.backbone} at init on shapes, z1/z2 {tuple(inp.z1.shape)}; objective {args.objective}; "
           f"{torch.get_num_threads()} threads; setup {time.perf_counter() - t0:.1f} s\n")
-    base = runner.base_spec
+    base = prepared.base_spec
     specs = [
         base.replace(depth=4, hidden_dim=4 * d, out_dim=4 * d, activation="gelu", norm="layer", last_norm=None, whiten="zca"),
         base.replace(depth=3, hidden_dim=4 * d, out_dim=4 * d, activation="silu", norm="batch", last_norm=None, whiten=None),
@@ -61,7 +62,7 @@ def main() -> None:
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=args.seed))
     for _ in range(args.random):
         t = study.ask()
-        specs.append(runner.space.suggest(t, base))
+        specs.append(prepared.space.suggest(t, base))
         study.tell(t, 0.0)
 
     def full_escape(spec) -> float:
@@ -86,7 +87,7 @@ def main() -> None:
                          pullback=False, objective_spectrum=False, m_over_h=True, generator=torch.Generator().manual_seed(0))
         esc = time.perf_counter() - t
         base_esc = full_escape(spec)
-        rows.append((describe_spec(spec), total, esc, base_esc, total - esc + base_esc, crit))
+        rows.append((spec.describe(), total, esc, base_esc, total - esc + base_esc, crit))
 
     print("| candidate | screen s | of which escape s | baseline escape s (full fast mode) | baseline screen s | "
           "screen / 2 s goal | baseline / screen |")

@@ -87,10 +87,10 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
 
 
 def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, monkeypatch) -> None:
-    import geohead.search.runner as R
+    import geohead.search.trial as TR
     import geohead.train as T
 
-    real_train, real_step, real_crit = T.train, T.ssl_step, R.trained_criteria
+    real_train, real_step, real_crit = T.train, T.ssl_step, TR.trained_criteria
     calls = []
 
     def nan_step(*args, **kwargs):
@@ -108,7 +108,7 @@ def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, mon
         return real_crit(*args, **kwargs)
 
     monkeypatch.setattr(T, "train", train)
-    monkeypatch.setattr(R, "trained_criteria", criteria)
+    monkeypatch.setattr(TR, "trained_criteria", criteria)
     out = tmp_path / "search"
     run_search(tiny(out, trials=4, prune=False))
     rows = read_trials_csv(out / "trials.csv")

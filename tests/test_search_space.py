@@ -205,7 +205,7 @@ def test_write_search_plots_from_trials_csv(tmp_path) -> None:
 
 
 def test_local_workers_spread_over_the_visible_gpus() -> None:
-    from geohead.search.runner import worker_device
+    from geohead.search.workers import worker_device
 
     assert [worker_device("cuda", i, 4) for i in range(6)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
     assert worker_device("auto", 3, 2) == "cuda:1"
@@ -223,7 +223,7 @@ def test_missing_cifar_fails_before_anything_is_written_and_names_download(tmp_p
 
 def test_download_is_asked_once_before_the_workers(tmp_path, monkeypatch) -> None:
     import geohead.data
-    from geohead.search.runner import SearchConfig, SearchError, run_search
+    from geohead.search import SearchConfig, SearchError, run_search
 
     calls = []
 

@@ -8,9 +8,12 @@ orbit compression, H_eff conditioning); where the data has labels, backbone kNN 
 recorded as the ground truth, and the Spearman correlation between the label-free score and kNN
 accuracy across trials is the evidence that the geometry predicts quality.
 
-Modules: :mod:`~geohead.search.space` (the space, ``--fix``/``--range``),
-:mod:`~geohead.search.criteria` (screen, trained criteria, score), :mod:`~geohead.search.storage`
-(storages, heartbeats, retries), :mod:`~geohead.search.runner` (settings, trials, workers),
+Modules: :mod:`~geohead.search.config` (settings and their checks), :mod:`~geohead.search.space`
+(the space, ``--fix``/``--range``), :mod:`~geohead.search.criteria` (screen, trained criteria,
+score), :mod:`~geohead.search.inputs` (what a worker's trials share, prepared once),
+:mod:`~geohead.search.trial` (one trial), :mod:`~geohead.search.study` (study, sampler, pruner),
+:mod:`~geohead.search.storage` (storages, heartbeats, retries), :mod:`~geohead.search.workers`
+(the trial loop, local worker processes), :mod:`~geohead.search.runner` (``run_search``),
 :mod:`~geohead.search.outputs` (trials.csv, best_head.json, search.json, plots, table).
 
 ``from geohead.search import run_search, SearchConfig, write_search_plots``; optuna, scipy and
@@ -18,9 +21,10 @@ matplotlib load only when a search runs or plots are drawn.
 """
 from __future__ import annotations
 
+from geohead.search.config import SearchConfig, SearchError
 from geohead.search.criteria import SCORE_CRITERIA, TrialDiverged, geometric_score, score_components
 from geohead.search.outputs import PLOTS, write_search_plots
-from geohead.search.runner import SearchConfig, SearchError, SearchResult, run_search
+from geohead.search.runner import SearchResult, run_search
 from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
 
 __all__ = [

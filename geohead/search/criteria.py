@@ -261,13 +261,9 @@ class EvalInputs:
 def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module, inputs: EvalInputs,
                      predictor: nn.Module | None = None, teacher_head: nn.Module | None = None,
                      device: torch.device | str = "cpu") -> dict[str, float]:
-    """Criteria of a trained (backbone, head) pair (see the module docstring); modes are restored."""
-    from geohead.data import ORBIT_FAMILIES
-    from geohead.features import extract, image_encoder
-    from geohead.geometry import normalized_std, rankme, within_rank_condition
-    from geohead.geometry.orbits import Orbits, build_orbits, compression, space_geometry
-    from geohead.geometry.tangents import orbit_tangents, tangent_invariance
-    from geohead.probes import knn_accuracy
+    """Criteria of a trained (backbone, head) pair (see the module docstring); modes are restored.
+    Raises :class:`TrialDiverged` on NaN/inf."""
+    from geohead.features import extract
 
     modes = [(m, m.training) for m in (backbone, head, predictor, teacher_head) if m is not None]
     t0 = time.perf_counter()
@@ -276,63 +272,14 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
         cl = bool(getattr(backbone, "geohead_config", {}).get("channels_last"))
         fb_tr, fh_tr = extract(backbone, head, inputs.train_images, inputs.mean, inputs.std, device, channels_last=cl)
         fb_te, fh_te = extract(backbone, head, inputs.test_images, inputs.mean, inputs.std, device, channels_last=cl)
-        if not (torch.isfinite(fb_tr).all() and torch.isfinite(fh_tr).all()):
-            raise TrialDiverged("trained features are not finite")
-        d, k = fb_tr.shape[1], fh_tr.shape[1]
-        out["dim_backbone"] = float(d)
-        out["rankme_backbone"] = rankme(fb_tr)
-        out["rankme_backbone_frac"] = out["rankme_backbone"] / d
-        out["rankme_head_frac"] = rankme(fh_tr) / k
-        out["std_backbone"] = normalized_std(fb_tr) * math.sqrt(d)
-        out["std_head"] = normalized_std(fh_tr) * math.sqrt(k)
-        out["condition_backbone"] = within_rank_condition(fb_tr).condition
-
-        # orbits through the trained backbone (eval) and head
+        out.update(_feature_criteria(fb_tr, fh_tr))
+        # orbits and H_eff through the trained backbone and head, in eval mode
         backbone.eval()
         head.eval()
-
-        to_device = image_encoder(backbone, inputs.mean, inputs.std, device, channels_last=cl)
-
-        def encode(x01: Tensor) -> Tensor:
-            return to_device(x01).cpu()
-
-        comps, invs, lost = [], [], 0
-        nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
-        for name in inputs.families:
-            fam = ORBIT_FAMILIES[name]
-            orb = build_orbits(encode, head, inputs.orbit_images, fam.fn, fam.params)
-            c = compression(space_geometry(orb.backbone), space_geometry(orb.head))["relative"]
-            out[f"compression_{name}"] = c
-            comps.append(c)
-            # tangents of the first few orbits only: the Fisher rank costs one forward-mode
-            # product per tangent direction (up to d)
-            z, v = orbit_tangents(Orbits(orb.params, orb.backbone[:nt], orb.head[:nt]))
-            ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
-            invs.append(ti.invariance)
-            lost += ti.fisher_rank_loss
-        if comps:
-            out["compression"] = math.exp(sum(math.log(max(c, 1e-12)) for c in comps) / len(comps))
-        if invs:
-            out["tangent_invariance"] = sum(invs) / len(invs)
-            out["fisher_rank_loss"] = float(lost)
-
-        # H_eff at the trained features of two views
-        with torch.no_grad():
-            v1, v2 = (v.to(device) for v in inputs.view_batch)
-            if cl:
-                v1, v2 = (v.contiguous(memory_format=torch.channels_last) for v in (v1, v2))
-            z1, z2 = backbone(v1).float(), backbone(v2).float()
-        nb = min(H_EFF_BATCH, z1.shape[0])
-        hc = heff_conditioning(head, objective, z1[:nb], z2[:nb], predictor=predictor, teacher=teacher_head,
-                               seed=inputs.seed)
-        out.update(heff_condition=hc["condition"], heff_lambda_min=hc["lambda_min"], heff_lambda_max=hc["lambda_max"],
-                   heff_stable_rank=hc["stable_rank"], heff_isotropy=hc["isotropy"])
-
+        out.update(_orbit_criteria(backbone, head, inputs, device, cl))
+        out.update(_trained_heff(backbone, head, objective, inputs, predictor, teacher_head, device, cl))
         if inputs.train_labels is not None and inputs.test_labels is not None:
-            out["knn_backbone"] = knn_accuracy(fb_tr, inputs.train_labels, fb_te, inputs.test_labels,
-                                               k=inputs.knn_k, temperature=inputs.knn_t)
-            out["knn_head"] = knn_accuracy(fh_tr, inputs.train_labels, fh_te, inputs.test_labels,
-                                           k=inputs.knn_k, temperature=inputs.knn_t)
+            out.update(_knn_criteria(fb_tr, fh_tr, fb_te, fh_te, inputs))
     except NonFiniteError as exc:
         raise TrialDiverged(f"criteria: {exc}") from None
     finally:
@@ -340,6 +287,84 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
             m.train(mode)
     out["eval_seconds"] = time.perf_counter() - t0
     return _finite(out, "criteria")
+
+
+def _feature_criteria(fb: Tensor, fh: Tensor) -> dict[str, float]:
+    """RankMe, normalised std and conditioning of the probe-train features of backbone and head."""
+    from geohead.geometry import normalized_std, rankme, within_rank_condition
+
+    if not (torch.isfinite(fb).all() and torch.isfinite(fh).all()):
+        raise TrialDiverged("trained features are not finite")
+    d, k = fb.shape[1], fh.shape[1]
+    out = {"dim_backbone": float(d), "rankme_backbone": rankme(fb)}
+    out["rankme_backbone_frac"] = out["rankme_backbone"] / d
+    out["rankme_head_frac"] = rankme(fh) / k
+    out["std_backbone"] = normalized_std(fb) * math.sqrt(d)
+    out["std_head"] = normalized_std(fh) * math.sqrt(k)
+    out["condition_backbone"] = within_rank_condition(fb).condition
+    return out
+
+
+def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, device: torch.device | str,
+                    cl: bool) -> dict[str, float]:
+    """Orbit compression per family (and their geometric mean), tangent invariance and Fisher-rank
+    loss (mean and sum over the families) of the eval-mode backbone and head."""
+    from geohead.data import ORBIT_FAMILIES
+    from geohead.features import image_encoder
+    from geohead.geometry.orbits import Orbits, build_orbits, compression, space_geometry
+    from geohead.geometry.tangents import orbit_tangents, tangent_invariance
+
+    to_device = image_encoder(backbone, inputs.mean, inputs.std, device, channels_last=cl)
+
+    def encode(x01: Tensor) -> Tensor:
+        return to_device(x01).cpu()
+
+    out: dict[str, float] = {}
+    comps, invs, lost = [], [], 0
+    nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
+    for name in inputs.families:
+        fam = ORBIT_FAMILIES[name]
+        orb = build_orbits(encode, head, inputs.orbit_images, fam.fn, fam.params)
+        c = compression(space_geometry(orb.backbone), space_geometry(orb.head))["relative"]
+        out[f"compression_{name}"] = c
+        comps.append(c)
+        # tangents of the first few orbits only: the Fisher rank costs one forward-mode
+        # product per tangent direction (up to d)
+        z, v = orbit_tangents(Orbits(orb.params, orb.backbone[:nt], orb.head[:nt]))
+        ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
+        invs.append(ti.invariance)
+        lost += ti.fisher_rank_loss
+    if comps:
+        out["compression"] = math.exp(sum(math.log(max(c, 1e-12)) for c in comps) / len(comps))
+    if invs:
+        out["tangent_invariance"] = sum(invs) / len(invs)
+        out["fisher_rank_loss"] = float(lost)
+    return out
+
+
+def _trained_heff(backbone: nn.Module, head: nn.Module, objective: nn.Module, inputs: EvalInputs,
+                  predictor: nn.Module | None, teacher_head: nn.Module | None, device: torch.device | str,
+                  cl: bool) -> dict[str, float]:
+    """Conditioning of H_eff at the trained backbone's features of the two views of ``inputs``."""
+    with torch.no_grad():
+        v1, v2 = (v.to(device) for v in inputs.view_batch)
+        if cl:
+            v1, v2 = (v.contiguous(memory_format=torch.channels_last) for v in (v1, v2))
+        z1, z2 = backbone(v1).float(), backbone(v2).float()
+    nb = min(H_EFF_BATCH, z1.shape[0])
+    hc = heff_conditioning(head, objective, z1[:nb], z2[:nb], predictor=predictor, teacher=teacher_head,
+                           seed=inputs.seed)
+    return {"heff_condition": hc["condition"], "heff_lambda_min": hc["lambda_min"], "heff_lambda_max": hc["lambda_max"],
+            "heff_stable_rank": hc["stable_rank"], "heff_isotropy": hc["isotropy"]}
+
+
+def _knn_criteria(fb_tr: Tensor, fh_tr: Tensor, fb_te: Tensor, fh_te: Tensor, inputs: EvalInputs) -> dict[str, float]:
+    """kNN test accuracy of backbone and head features (the ground truth; labelled data only)."""
+    from geohead.probes import knn_accuracy
+
+    kw = {"k": inputs.knn_k, "temperature": inputs.knn_t}
+    return {"knn_backbone": knn_accuracy(fb_tr, inputs.train_labels, fb_te, inputs.test_labels, **kw),
+            "knn_head": knn_accuracy(fh_tr, inputs.train_labels, fh_te, inputs.test_labels, **kw)}
 
 
 def score_components(crit: dict[str, float]) -> dict[str, float]:

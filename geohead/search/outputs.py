@@ -19,11 +19,13 @@ dimensions a depth-1 head does not have): model-free, computed from trials.csv a
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from geohead.io import atomic_write_text
 from geohead.search.space import DIMENSIONS
 
 PLOTS = ("criteria_vs_knn.png", "pareto_front.png", "param_importances.png")
@@ -89,15 +91,14 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_trials_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Write ``rows`` (from :func:`trial_rows`) to ``path`` atomically, one column per key (None as empty)."""
     cols = _columns(rows) if rows else list(_FIRST)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
-    tmp.replace(path)
-    return path
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    return atomic_write_text(path, buf.getvalue())
 
 
 def read_trials_csv(path: Path) -> list[dict[str, Any]]:
@@ -228,8 +229,7 @@ def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], va
 
 
 def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float) -> tuple[dict[str, Any], str]:
-    """Write trials.csv, best_head.json, the plots and search.json; return (summary, table)."""
-    from geohead.heads import HeadSpec
+    """Write trials.csv, best_head.json, the plots, search.json and table.txt; return (summary, table)."""
     from geohead.search.storage import count_trials
 
     out = Path(cfg.out_dir)
@@ -239,13 +239,7 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float) -> tuple
     multi = len(study.directions) > 1
     value_key = "score" if multi or cfg.score == "geometry" else TRUTH
     best = best_trial(study)
-    best_info = None
-    if best is not None:
-        spec = HeadSpec.from_dict(best.user_attrs["head"])
-        spec.to_json(out / "best_head.json")
-        ua = best.user_attrs
-        best_info = {"number": best.number, "values": list(best.values), "score": ua.get("score"),
-                     "knn_backbone": ua.get("knn_backbone"), "knn_head": ua.get("knn_head"), "head": spec.to_dict()}
+    best_info = _write_best(best, out / "best_head.json") if best is not None else None
     corr = correlations(rows)
     plots = write_search_plots(out)
     counts = count_trials(study)
@@ -263,28 +257,37 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float) -> tuple
         "importances": {"score": importances(rows, "score"), TRUTH: importances(rows, TRUTH)},
         "plots": [p.name for p in plots],
     }
-    tmp = out / "search.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    tmp.replace(out / "search.json")
+    atomic_write_text(out / "search.json", json.dumps(summary, indent=2, default=str) + "\n")
     table = format_table(rows, corr, value_key)
-    s = summary["spearman"]
-    dup = summary["trials"]["duplicates"]
-    head = (f"\n{counts['complete']} complete ({dup} repeating an earlier head), {counts['pruned']} pruned, "
-            f"{counts['failed']} failed trial(s); wall time {wall_time:.0f} s")
-    if best_info is not None:
-        head += (f"\nbest trial {best_info['number']}: {_describe(best_info['head'])}; score {_fmt(best_info['score'])}, "
-                 f"kNN {_fmt(best_info['knn_backbone'])} -> {out / 'best_head.json'}")
-    head += (f"\nlabel-free score vs kNN accuracy: Spearman rho = {_fmt(s.get('rho'))} (p = {_p(s.get('p'))}, "
-             f"n = {s.get('n', 0)})")
-    (out / "table.txt").write_text(head.lstrip("\n") + "\n\n" + table + "\n")
+    head = _headline(summary, out / "best_head.json")
+    atomic_write_text(out / "table.txt", head.lstrip("\n") + "\n\n" + table + "\n")
     return summary, head + "\n\n" + table
 
 
-def _describe(head: dict[str, Any]) -> str:
+def _write_best(best: Any, path: Path) -> dict[str, Any]:
+    """Write the best trial's head to ``path``; return its entry of search.json."""
     from geohead.heads import HeadSpec
-    from geohead.search.runner import describe_spec
 
-    return describe_spec(HeadSpec.from_dict(head))
+    spec = HeadSpec.from_dict(best.user_attrs["head"])
+    spec.to_json(path)
+    ua = best.user_attrs
+    return {"number": best.number, "values": list(best.values), "score": ua.get("score"),
+            "knn_backbone": ua.get("knn_backbone"), "knn_head": ua.get("knn_head"), "head": spec.to_dict()}
+
+
+def _headline(summary: dict[str, Any], best_path: Path) -> str:
+    """The lines above the table: trial counts, wall time, the best head, the score's Spearman ρ."""
+    from geohead.heads import HeadSpec
+
+    counts, best, s = summary["trials"], summary["best"], summary["spearman"]
+    head = (f"\n{counts['complete']} complete ({counts['duplicates']} repeating an earlier head), {counts['pruned']} pruned, "
+            f"{counts['failed']} failed trial(s); wall time {summary['wall_time_s']:.0f} s")
+    if best is not None:
+        head += (f"\nbest trial {best['number']}: {HeadSpec.from_dict(best['head']).describe()}; "
+                 f"score {_fmt(best['score'])}, kNN {_fmt(best['knn_backbone'])} -> {best_path}")
+    head += (f"\nlabel-free score vs kNN accuracy: Spearman rho = {_fmt(s.get('rho'))} (p = {_p(s.get('p'))}, "
+             f"n = {s.get('n', 0)})")
+    return head
 
 
 # ---------------------------------------------------------------------- plots

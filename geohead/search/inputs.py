@@ -1,0 +1,221 @@
+"""What every trial of one worker shares, prepared once by :func:`prepare_trial_inputs`.
+
+The training data and its probe splits, the training config every trial starts from, the initial
+backbone (exactly as :func:`geohead.train.train` builds it: the common seed, built first) with its
+BatchNorm calibrated on two views of a batch and its features of those views, tangents of a few
+orbits, the collapsed state around the real feature mean, and the search space scaled to the
+backbone's feature dimension d.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import torch
+from torch import Tensor, nn
+
+from geohead.heads import HeadSpec
+from geohead.search.config import BUILTIN_DATA, SHAPES_VIEW_ARGS, SearchConfig, SearchError
+from geohead.search.criteria import EvalInputs, ScreenInputs, calibrate_batchnorm
+from geohead.search.space import SearchSpace, parse_constraints
+
+#: Orbits whose tangents the screen (2) and the trained criteria (8) use (5 tangents each with the
+#: 7-point sweeps); the Fisher rank costs one forward-mode product per tangent direction.
+SCREEN_TANGENT_IMAGES = 2
+TANGENT_IMAGES = 8
+#: Samples of the collapsed state at which the screen measures the escape curvature.
+COLLAPSED_BATCH = 16
+#: Spread of the collapsed state around the real feature mean, relative to the per-dimension std.
+COLLAPSED_SPREAD = 1e-2
+
+
+@dataclasses.dataclass
+class TrialInputs:
+    """Everything a worker's trials share (see the module docstring).
+
+    Attributes:
+        device: where trials train and are measured.
+        base: the training config of every trial, as a dict (each trial adds its head and ``out``).
+        base_spec: the recipe's head for the objective: the fields the search does not choose.
+        screen_inputs: what the screen at init needs.
+        eval_inputs: what the trained criteria need.
+        space: the search space, ``--fix``/``--range`` applied.
+    """
+
+    device: torch.device
+    base: dict[str, Any]
+    base_spec: HeadSpec
+    screen_inputs: ScreenInputs
+    eval_inputs: EvalInputs
+    space: SearchSpace
+
+    @property
+    def in_dim(self) -> int:
+        """The backbone's feature dimension d."""
+        return self.base_spec.in_dim
+
+
+@dataclasses.dataclass
+class _InitialBackbone:
+    """What the search keeps of the initial backbone: features of two views, tangents, the objective."""
+
+    objective: nn.Module
+    head_spec: HeadSpec
+    views: tuple[Tensor, Tensor]
+    z1: Tensor
+    z2: Tensor
+    tangents: dict[str, tuple[Tensor, Tensor]]
+
+
+def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> TrialInputs:
+    """Load the data and measure the initial backbone for ``cfg``'s trials (a few seconds on CPU).
+
+    Raises :class:`SearchError` for data that cannot be read or is too small, a bad ``--set``,
+    and ``--score knn`` without labels; ``echo`` receives notes (a probe split held out of a file).
+    """
+    from geohead.model import resolve_device
+
+    device = resolve_device(cfg.device)
+    data = _training_data(cfg)
+    base, base_cfg = base_train_config(cfg, len(data))
+    probe_train, probe_test = _probe_splits(cfg, data, echo)
+    has_labels = int(torch.unique(probe_train.labels).numel()) > 1
+    if cfg.score == "knn" and not has_labels:
+        raise SearchError("--score knn needs labelled data with at least 2 classes; use the default label-free score")
+    orbit_images = probe_train.images[: cfg.orbit_images].float() / 255.0
+    init = _initial_backbone(cfg, base_cfg, data, orbit_images[:SCREEN_TANGENT_IMAGES], device)
+    in_dim = init.head_spec.in_dim
+    screen_inputs = ScreenInputs(init.objective, init.z1, init.z2, _collapsed_state(init.z1, in_dim, cfg), init.tangents,
+                                 functools.partial(base_cfg.head.resolve_predictor, cfg.objective), seed=cfg.seed,
+                                 spread=COLLAPSED_SPREAD)
+    eval_inputs = EvalInputs(
+        train_images=probe_train.images, train_labels=probe_train.labels if has_labels else None,
+        test_images=probe_test.images, test_labels=probe_test.labels if has_labels else None,
+        orbit_images=orbit_images, view_batch=init.views, mean=tuple(data.mean), std=tuple(data.std),
+        families=tuple(cfg.families), seed=cfg.seed, tangent_images=TANGENT_IMAGES,
+    )
+    fixed, ranged = parse_constraints(cfg.fix, cfg.ranges)
+    space = SearchSpace.default(in_dim).constrain(fixed, ranged)
+    return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space)
+
+
+def _training_data(cfg: SearchConfig) -> Any:
+    """The training images (``--data``), at least one batch of them."""
+    from geohead.data import load_dataset
+
+    try:
+        data = load_dataset(cfg.data, root=cfg.data_root, download=cfg.download, train=True, n=cfg.n_train,
+                            img_size=cfg.img_size, seed=cfg.seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SearchError(f"--data {cfg.data!r}: {exc}") from None
+    if len(data) < cfg.batch_size:
+        raise SearchError(f"--data has {len(data)} images, fewer than --batch-size {cfg.batch_size}; lower the batch size")
+    return data
+
+
+def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any], Any]:
+    """The training config every trial starts from, as a dict and as a validated ``TrainConfig``:
+    ``cfg.steps`` steps of ``cfg.batch_size`` on ``n_images`` images, no probes, ``--set`` applied."""
+    from geohead.config import ConfigError, apply_overrides, config_from_dict
+
+    epochs = cfg.steps / (n_images // cfg.batch_size)
+    base: dict[str, Any] = {
+        "objective": cfg.objective, "seed": cfg.seed, "device": cfg.device,
+        "data": {"name": cfg.data, "root": cfg.data_root, "n_train": cfg.n_train, "img_size": cfg.img_size,
+                 "view_args": dict(SHAPES_VIEW_ARGS) if cfg.data == "shapes" else {}},
+        "backbone": {"name": cfg.backbone} if cfg.backbone else {},
+        "optim": {"batch_size": cfg.batch_size, "max_steps": cfg.steps, "epochs": epochs, "warmup_epochs": 0.1 * epochs},
+        "track": {"log_every": max(1, cfg.steps // 10), "monitor_every": 0, "ckpt_every": cfg.steps,
+                  "progress": bool(cfg.progress and cfg.workers == 1)},
+        "probe": {"enabled": False},
+    }
+    try:
+        base = apply_overrides(base, list(cfg.overrides))
+        return base, config_from_dict(base)
+    except ConfigError as exc:
+        raise SearchError(f"--set: {exc}") from None
+
+
+def _probe_splits(cfg: SearchConfig, data: Any, echo: Callable[[str], None]) -> tuple[Any, Any]:
+    """(probe train, probe test): the training data's first images vs ``--test`` or the built-in
+    dataset's test split; for a file without ``--test``, a held-out part of it."""
+    from geohead.data import load_dataset
+
+    n = len(data)
+    if cfg.test is None and cfg.data not in BUILTIN_DATA:
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed))
+        n_te = min(cfg.probe_test, n // 3)
+        test = data.subset(perm[:n_te].sort().values)
+        probe_train = data.subset(perm[n_te:n_te + cfg.probe_train].sort().values)
+        echo(f"note: no --test given; kNN is measured on {n_te} held-out images of {cfg.data} "
+             "(they are also in the unlabelled training set); pass --test for a separate split")
+        return probe_train, test
+    name, what = (cfg.test, "--test") if cfg.test is not None else (cfg.data, "test split of")
+    try:
+        test = load_dataset(name, root=cfg.data_root, download=cfg.download, train=False,
+                            n=cfg.probe_test, img_size=cfg.img_size, seed=cfg.seed)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SearchError(f"{what} {name!r}: {exc}") from None
+    return data.subset(torch.arange(min(n, cfg.probe_train))), test
+
+
+def _initial_backbone(cfg: SearchConfig, base_cfg: Any, data: Any, tangent_images: Tensor,
+                      device: torch.device) -> _InitialBackbone:
+    """The backbone exactly as train() builds it (the common seed, built first), BatchNorm
+    calibrated on two views of the first ``screen_batch`` images; its features of those views
+    and the tangents of the orbits of ``tangent_images`` (float [0, 1])."""
+    from geohead.data import make_view_fn
+    from geohead.features import image_encoder
+    from geohead.model import build_models
+
+    torch.manual_seed(cfg.seed)
+    model, objective, head_spec, _ = build_models(base_cfg)
+    backbone = model.backbone.to(device)
+    recipe = base_cfg.data.views or cfg.objective
+    view_fn = make_view_fn(recipe, img_size=cfg.img_size, mean=data.mean, std=data.std, **base_cfg.data.view_args)
+    batch = data.images[: cfg.screen_batch].to(device)
+    views = view_fn(batch, torch.Generator(device=device).manual_seed(cfg.seed))[:2]
+    cl = bool(backbone.geohead_config.get("channels_last"))
+    if cl:
+        views = [v.contiguous(memory_format=torch.channels_last) for v in views]
+    calibrate_batchnorm(backbone, views)
+    with torch.no_grad():
+        z1, z2 = (backbone(v).float().cpu() for v in views)
+    to_device = image_encoder(backbone, data.mean, data.std, device, channels_last=cl)
+
+    def encode(x01: Tensor) -> Tensor:
+        return to_device(x01).cpu()
+
+    tangents = _tangents(cfg.families, encode, tangent_images)
+    return _InitialBackbone(objective, head_spec, (views[0].cpu(), views[1].cpu()), z1, z2, tangents)
+
+
+def _tangents(families: tuple[str, ...], encode: Callable[[Tensor], Tensor],
+              images: Tensor) -> dict[str, tuple[Tensor, Tensor]]:
+    """Orbit family -> (base points, tangents) in backbone space of the orbits of ``images``."""
+    from geohead.data import ORBIT_FAMILIES
+    from geohead.geometry.orbits import build_orbits
+    from geohead.geometry.tangents import orbit_tangents
+
+    tangents = {}
+    for name in families:
+        fam = ORBIT_FAMILIES[name]
+        orb = build_orbits(encode, nn.Identity(), images, fam.fn, fam.params)
+        tangents[name] = orbit_tangents(orb)
+    return tangents
+
+
+def _collapsed_state(z1: Tensor, in_dim: int, cfg: SearchConfig) -> tuple[Tensor, Tensor]:
+    """Two batches of the collapsed state: the real feature mean plus :data:`COLLAPSED_SPREAD`
+    times the per-dimension std of Gaussian noise (seeded)."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    bc = min(COLLAPSED_BATCH, cfg.screen_batch)
+    mu, sd = z1.double().mean(0), z1.double().std(0).clamp_min(1e-6)
+    c1, c2 = ((mu + COLLAPSED_SPREAD * sd * torch.randn(bc, in_dim, generator=gen, dtype=torch.float64)).float()
+              for _ in range(2))
+    return c1, c2
+
+
+__all__ = ["COLLAPSED_BATCH", "SCREEN_TANGENT_IMAGES", "TANGENT_IMAGES", "TrialInputs", "base_train_config",
+           "prepare_trial_inputs"]

@@ -1,0 +1,246 @@
+"""One trial of the search: sample a head, screen it at init, train it, measure it, score it.
+
+Every trial trains with the *same* seed (backbone initialisation, batch order and views), so
+trials differ only by their head: common random numbers, which is what makes criteria and kNN
+accuracy comparable across ~30 short trials. The seed is recorded with every trial.
+
+A trial:
+
+1. samples a head from the :class:`~geohead.search.space.SearchSpace` (TPE by default,
+   NSGA-II with ``multi``, or random);
+2. screens it at init (:func:`~geohead.search.criteria.screen`): a head that cannot escape
+   collapse *and* has a badly conditioned H_eff is PRUNED before any training;
+3. trains backbone + head with :func:`geohead.train.train` for ``steps`` steps, reporting the
+   backbone's RankMe / d at every epoch end to Optuna's median pruner (single-objective studies
+   only: Optuna does not prune multi-objective ones);
+4. measures the trained criteria (:func:`~geohead.search.criteria.trained_criteria`) and returns
+   the label-free score (default), kNN accuracy (``score="knn"``), or the four normalised criteria
+   (``multi``).
+
+A NaN/inf loss or criterion, or any other error inside a trial, makes the trial FAIL (reason in
+its ``fail_reason`` attribute) and the study goes on. A trial that samples a head an earlier trial
+completed returns that trial's measurements without training again (``duplicate_of``): under
+the common seed the result would be identical.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from geohead.heads import HeadSpec
+from geohead.search.config import SearchConfig
+from geohead.search.criteria import (
+    SCORE_CRITERIA, TrialDiverged, geometric_score, score_components, screen, screen_verdict, trained_criteria,
+)
+from geohead.search.inputs import TrialInputs
+
+#: User attributes that describe a trial itself rather than its head's measurements.
+_OWN_ATTRS = ("trial", "worker", "retry_of", "head", "seed")
+
+
+class TrialError(RuntimeError):
+    """A trial raised an unexpected error: Optuna records it as FAIL and the study goes on."""
+
+
+class TrialRunner:
+    """Runs trials on one worker's prepared :class:`~geohead.search.inputs.TrialInputs`;
+    :meth:`objective` is Optuna's objective."""
+
+    def __init__(self, cfg: SearchConfig, inputs: TrialInputs, echo: Callable[[str], None]) -> None:
+        self.cfg = cfg
+        self.inputs = inputs
+        self.echo = echo
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+
+    def trial_dir(self, number: int) -> Path:
+        """The run folder of trial ``number``."""
+        return self.cfg.out_dir / "trials" / f"{number:04d}"
+
+    def objective(self, trial: Any) -> float | tuple[float, ...]:
+        """Optuna's objective: one trial (see the module docstring). Any error inside a trial
+        (numerical or not) makes it FAIL with the reason recorded; the study goes on."""
+        import optuna
+
+        try:
+            return self._objective(trial)
+        except (optuna.TrialPruned, TrialDiverged):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad trial must not end a long study
+            reason = f"{type(exc).__name__}: {exc}"
+            trial.set_user_attr("fail_reason", reason[:500])
+            self.echo(f"trial {trial.number} failed with an error:\n{traceback.format_exc(limit=-6)}")
+            raise TrialError(reason) from exc
+
+    def _objective(self, trial: Any) -> float | tuple[float, ...]:
+        spec, retry_of = self._start(trial)
+        same = _duplicate(trial, spec)
+        if same is not None:  # the same head under the same seed: its measurements, without training again
+            return _reuse(trial, same, self.cfg.multi)
+        self.echo(f"trial {trial.number}: {spec.describe()}" + (f" (retry of trial {retry_of})" if retry_of is not None else ""))
+        self._screen(trial, spec)
+        try:
+            return self._train_and_measure(trial, spec)
+        finally:
+            if not self.cfg.keep_checkpoints:
+                (self.trial_dir(trial.number) / "last.ckpt").unlink(missing_ok=True)
+
+    def _start(self, trial: Any) -> tuple[HeadSpec, int | None]:
+        """The trial's head and the trial it retries (or None), recorded as user attributes with
+        the common seed and this worker."""
+        # a retry (of a trial whose worker died) is enqueued with the dead trial's params and user
+        # attributes, so "trial" holds the original number there
+        first = trial.user_attrs.get("retry_of", trial.user_attrs.get("trial"))
+        retry_of = int(first) if first is not None and int(first) != trial.number else None
+        spec = self.inputs.space.suggest(trial, self.inputs.base_spec)
+        trial.set_user_attr("trial", trial.number)
+        if retry_of is not None:
+            trial.set_user_attr("retry_of", retry_of)
+        trial.set_user_attr("head", spec.to_dict())
+        trial.set_user_attr("seed", self.cfg.seed)
+        trial.set_user_attr("worker", self.worker_id)
+        return spec, retry_of
+
+    def _screen(self, trial: Any, spec: HeadSpec) -> None:
+        """Screen ``spec`` at init and record the criteria; prune it (single-objective studies with
+        pruning on) when it can neither escape collapse nor has a well-conditioned H_eff."""
+        import optuna
+
+        try:
+            crit = screen(spec, self.inputs.screen_inputs)
+        except TrialDiverged as exc:
+            raise _fail(trial, str(exc)) from None
+        for k, v in crit.items():
+            trial.set_user_attr(k, v)
+        verdict = screen_verdict(crit, self.cfg.prune_stable_rank)
+        if verdict and self.cfg.prune and not self.cfg.multi:
+            trial.set_user_attr("pruned_by", verdict)
+            raise optuna.TrialPruned(verdict)
+
+    def _train_and_measure(self, trial: Any, spec: HeadSpec) -> float | tuple[float, ...]:
+        """Train ``spec`` with the backbone (pruner reports at every epoch end of a single-objective
+        study), record the trained criteria and return the trial's objective value(s)."""
+        from geohead.train import TrainingDiverged, train
+
+        tcfg = self._train_config(trial.number, spec)
+        callback = None if self.cfg.multi else _pruner_report(trial, self.cfg.prune)
+        t0 = time.perf_counter()
+        try:
+            result = train(tcfg, overwrite=True, callback=callback)
+        except TrainingDiverged as exc:
+            raise _fail(trial, f"diverged: {exc}") from None
+        trial.set_user_attr("train_seconds", time.perf_counter() - t0)
+        crit, comps = self._measure(trial, result)
+        if self.cfg.multi:
+            return tuple(comps[k] for k in SCORE_CRITERIA)
+        if self.cfg.score == "knn":
+            return crit["knn_backbone"]
+        return crit["score"]
+
+    def _train_config(self, number: int, spec: HeadSpec) -> Any:
+        """The trial's ``TrainConfig``: the shared base with this head, in the trial's folder."""
+        from geohead.config import config_from_dict
+
+        d = copy.deepcopy(self.inputs.base)
+        d["out"] = str(self.trial_dir(number))
+        d.setdefault("head", {})["spec"] = {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}
+        return config_from_dict(d)
+
+    def _measure(self, trial: Any, result: Any) -> tuple[dict[str, float], dict[str, float]]:
+        """The trained criteria (with the score) and the score's components of ``train``'s
+        result, recorded as user attributes."""
+        model, teacher, objective = result.model, result.teacher, result.objective
+        try:
+            crit = trained_criteria(
+                model.backbone, model.head, objective, self.inputs.eval_inputs,
+                predictor=model.predictor if objective.needs_predictor else None,
+                teacher_head=teacher.head if teacher is not None else None, device=self.inputs.device)
+        except TrialDiverged as exc:
+            raise _fail(trial, str(exc)) from None
+        comps = score_components(crit)
+        crit["score"] = geometric_score(crit)
+        for k, v in {**crit, **{f"score_{k}": v for k, v in comps.items()}}.items():
+            trial.set_user_attr(k, v)
+        return crit, comps
+
+
+def _fail(trial: Any, reason: str) -> TrialDiverged:
+    """The error that makes ``trial`` FAIL for ``reason`` (recorded as its ``fail_reason``)."""
+    trial.set_user_attr("fail_reason", reason[:500])
+    return TrialDiverged(reason)
+
+
+def _duplicate(trial: Any, spec: HeadSpec) -> Any | None:
+    """A completed trial of the same head (trials are deterministic given the common seed)."""
+    from optuna.trial import TrialState
+
+    head = spec.to_dict()
+    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("head") == head and "duplicate_of" not in t.user_attrs:
+            return t
+    return None
+
+
+def _reuse(trial: Any, same: Any, multi: bool) -> float | tuple[float, ...]:
+    """``same``'s measurements and objective value(s), for a trial that repeats its head."""
+    for k, v in same.user_attrs.items():
+        if k not in _OWN_ATTRS:
+            trial.set_user_attr(k, v)
+    trial.set_user_attr("duplicate_of", same.number)
+    return tuple(same.values) if multi else same.values[0]
+
+
+def _pruner_report(trial: Any, prune: bool) -> Callable[[Any], None]:
+    """The per-epoch callback of a single-objective trial: the backbone's RankMe / d on the
+    epoch's last batch, reported to Optuna's pruner (which may stop the trial when ``prune``)."""
+    import optuna
+
+    from geohead.geometry import rankme
+
+    def on_epoch(info: Any) -> None:
+        if info.epoch == 0:
+            return
+        m = info.model
+        m.backbone.eval()
+        with torch.no_grad():
+            f = m.backbone(info.views[0]).float()
+        value = rankme(f) / f.shape[1] if torch.isfinite(f).all() else float("nan")
+        if not math.isfinite(value):
+            raise _fail(trial, f"non-finite backbone features at epoch {info.epoch}")
+        trial.report(value, info.epoch)
+        if prune and trial.should_prune():
+            trial.set_user_attr("pruned_by", f"median pruner at epoch {info.epoch} (backbone RankMe/d {value:.3f})")
+            raise optuna.TrialPruned()
+
+    return on_epoch
+
+
+def trial_line(t: Any) -> str:
+    """One line about a finished trial."""
+    ua = t.user_attrs
+    head = ua.get("head")
+    desc = HeadSpec.from_dict(head).describe() if head else "?"
+    state = t.state.name
+    dur = t.duration.total_seconds() if t.duration is not None else float("nan")
+    if state == "COMPLETE" and "duplicate_of" in ua:
+        return f"trial {t.number} COMPLETE = trial {ua['duplicate_of']} (same head, not trained again) | {desc}"
+    if state == "COMPLETE":
+        knn = ua.get("knn_backbone")
+        knn_s = f" kNN {knn:.3f}" if knn is not None else ""
+        return (f"trial {t.number} COMPLETE score {ua.get('score', float('nan')):.4f}{knn_s} | {desc} | "
+                f"screen {ua.get('screen_seconds', 0):.1f}s train {ua.get('train_seconds', 0):.1f}s "
+                f"eval {ua.get('eval_seconds', 0):.1f}s total {dur:.1f}s")
+    if state == "PRUNED":
+        return f"trial {t.number} PRUNED ({ua.get('pruned_by', 'pruner')}) | {desc} | {dur:.1f}s"
+    return f"trial {t.number} {state} ({ua.get('fail_reason', 'error')}) | {desc} | {dur:.1f}s"
+
+
+__all__ = ["TrialError", "TrialRunner", "trial_line"]
