@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import json
 from typing import Any
 
@@ -181,6 +182,27 @@ def feature_dim(model: nn.Module, img_size: int = 32) -> int:
     return d
 
 
+def _create_sized(architecture: str, img_size: int, **kwargs: Any) -> tuple[nn.Module, bool]:
+    """``timm.create_model(architecture, img_size=img_size, **kwargs)`` where the model takes an
+    img_size (ViTs), else without it (ResNets); returns the model and whether it took img_size.
+
+    A call with img_size that raises ``TypeError`` is repeated without it; the TypeError counts
+    as "this architecture takes no img_size" only when that second call builds a model whose class
+    does not declare an ``img_size`` parameter. A class that declares one failed for another
+    reason, and that first error is raised; errors of the second call propagate as they are.
+    """
+    import timm
+
+    try:
+        return timm.create_model(architecture, img_size=img_size, **kwargs), True
+    except TypeError as exc:
+        first = exc
+    model = timm.create_model(architecture, **kwargs)
+    if "img_size" in inspect.signature(type(model).__init__).parameters:
+        raise first
+    return model, False
+
+
 def create_backbone(
     name: str = DEFAULT_BACKBONE,
     img_size: int = 32,
@@ -220,14 +242,7 @@ def create_backbone(
     args = {**alias.model_args, **kwargs}
     args.pop("num_classes", None)
     model_args = _jsonable(args, name)  # before building: a config that cannot be saved is an error
-    takes_img_size = True
-    try:
-        model = timm.create_model(alias.architecture, pretrained=pretrained, num_classes=0, img_size=img_size, **args)
-    except TypeError as e:
-        if "img_size" not in str(e):
-            raise
-        takes_img_size = False
-        model = timm.create_model(alias.architecture, pretrained=pretrained, num_classes=0, **args)
+    model, takes_img_size = _create_sized(alias.architecture, img_size, pretrained=pretrained, num_classes=0, **args)
     stem = apply_cifar_stem(model) if alias.cifar_stem else None
     patch = _patch_size(model)
     if patch is not None and img_size % patch:

@@ -122,3 +122,36 @@ def test_bad_names_and_sizes() -> None:
         create_backbone("resnet10t_cifar")  # deep stem: the CIFAR stem does not apply
     with pytest.raises(ValueError, match="not JSON-serialisable"):
         create_backbone("resnet18_w16", norm_layer=nn.BatchNorm2d)
+
+
+def test_img_size_is_passed_by_the_constructor_signature(monkeypatch) -> None:
+    import timm
+
+    class Sized(nn.Module):
+        def __init__(self, img_size: int = 224, **kwargs) -> None:
+            super().__init__()
+
+    class Unsized(nn.Module):
+        def __init__(self, **kwargs) -> None:
+            super().__init__()
+
+    def fake(cls):
+        def create_model(name, **kwargs):
+            if "img_size" in kwargs:
+                raise TypeError("some failure")  # the message never decides
+            return cls()
+        return create_model
+
+    from geohead.backbones import _create_sized
+
+    monkeypatch.setattr(timm, "create_model", fake(Unsized))
+    model, took = _create_sized("x", 32, num_classes=0)
+    assert isinstance(model, Unsized) and not took
+    monkeypatch.setattr(timm, "create_model", fake(Sized))
+    with pytest.raises(TypeError, match="some failure"):  # a class that takes img_size failed for real
+        _create_sized("x", 32, num_classes=0)
+    monkeypatch.undo()
+    with pytest.raises(TypeError, match="bogus"):  # a bad argument is an error with or without img_size
+        create_backbone("vit_tiny_cifar", bogus=1)
+    with pytest.raises(TypeError, match="bogus"):
+        create_backbone("resnet18_w16", bogus=1)
