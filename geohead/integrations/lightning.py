@@ -1,0 +1,131 @@
+"""geohead's collapse monitors as a Lightning callback (``pip install "geohead[lightning]"``).
+
+::
+
+    from geohead.integrations.lightning import GeometryCallback
+
+    trainer = lightning.Trainer(callbacks=[GeometryCallback(every=20)])
+    trainer.fit(module, loader)          # module has .backbone and .projection_head (or .head)
+
+Every ``every``-th optimiser step (``trainer.global_step``) the callback arms a
+:class:`~geohead.monitor.GeometryMonitor` on the module's backbone and head, which records the
+next training forward. Each record is kept in ``callback.monitor.history`` and logged as
+``geometry/<key>``: through ``pl_module.log`` (on step; it lands in ``trainer.callback_metrics``
+and can drive ``ModelCheckpoint``/``EarlyStopping``) and to each of ``trainer.loggers`` once, at
+the record's step (``logger.log_metrics``), because Lightning re-sends a value that was logged
+with ``self.log`` on some steps only at every later logging step of the epoch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+try:
+    from lightning.pytorch import Callback
+except ImportError:  # pragma: no cover - the standalone package
+    try:
+        from pytorch_lightning import Callback
+    except ImportError as exc:
+        raise ImportError(
+            'geohead.integrations.lightning needs Lightning: pip install "geohead[lightning]"'
+        ) from exc
+
+from geohead.monitor import GeometryMonitor
+
+#: Attribute names searched, in order, when the backbone or head is not given.
+BACKBONE_NAMES = ("backbone", "encoder", "model_backbone", "net")
+HEAD_NAMES = ("projection_head", "head", "projector", "projection")
+
+
+def _find(pl_module: nn.Module, given: nn.Module | str | None, names: tuple[str, ...], what: str) -> nn.Module:
+    if isinstance(given, nn.Module):
+        return given
+    candidates = (given,) if isinstance(given, str) else names
+    for name in candidates:
+        mod = pl_module
+        for part in name.split("."):
+            mod = getattr(mod, part, None)
+        if isinstance(mod, nn.Module):
+            return mod
+    children = ", ".join(n for n, _ in pl_module.named_children()) or "none"
+    raise AttributeError(
+        f"GeometryCallback found no {what} on {type(pl_module).__name__} (looked for "
+        f"{', '.join(candidates)}; its submodules: {children}); pass {what}='<attribute name>' or the module"
+    )
+
+
+class GeometryCallback(Callback):
+    """Collapse monitors (RankMe, α-ReQ, std of normalised embeddings; optionally H_eff) of a
+    LightningModule's backbone and head, logged through ``pl_module.log``.
+
+    Args:
+        every: optimiser steps between records (steps 0, every, 2·every, ...).
+        backbone, head: the modules, or attribute names (dotted paths allowed) of the
+            LightningModule; default: the first of :data:`BACKBONE_NAMES` / :data:`HEAD_NAMES`.
+        prefix: prefix of the logged names.
+        objective, hessian_every, calls_per_step, **monitor_kwargs: passed to
+            :class:`~geohead.monitor.GeometryMonitor` (``objective`` may be an attribute name of
+            the module, e.g. ``"criterion"``). ``calls_per_step``: head forwards per training step
+            (2 when ``training_step`` runs the head once per view); it decides where the Hessian
+            record's second view comes from.
+    """
+
+    def __init__(
+        self,
+        every: int = 50,
+        *,
+        backbone: nn.Module | str | None = None,
+        head: nn.Module | str | None = None,
+        objective: Any = None,
+        hessian_every: int = 0,
+        calls_per_step: int = 1,
+        prefix: str = "geometry/",
+        **monitor_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if int(every) < 1:
+            raise ValueError(f"every must be >= 1, got {every}")
+        self.every, self.prefix = int(every), prefix
+        self._backbone, self._head, self._objective = backbone, head, objective
+        self._kwargs = dict(monitor_kwargs, hessian_every=hessian_every, calls_per_step=calls_per_step)
+        self.monitor: GeometryMonitor | None = None
+        self._logged = 0
+        self._last_armed: int | None = None
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage != "fit" or self.monitor is not None:
+            return
+        backbone = _find(pl_module, self._backbone, BACKBONE_NAMES, "backbone")
+        head = _find(pl_module, self._head, HEAD_NAMES, "head")
+        objective = getattr(pl_module, self._objective) if isinstance(self._objective, str) else self._objective
+        self.monitor = GeometryMonitor(backbone, head, every=None, objective=objective, **self._kwargs)
+        self._logged = len(self.monitor.history)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        step = int(trainer.global_step)
+        if self.monitor is not None and step % self.every == 0 and step != self._last_armed:
+            self.monitor.arm(step)
+            self._last_armed = step
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.monitor is None:
+            return
+        self.monitor.flush()
+        for rec in self.monitor.history[self._logged:]:
+            values = {f"{self.prefix}{k}": float(v) for k, v in rec.items()
+                      if k != "step" and isinstance(v, (int, float))}
+            # callback_metrics and the progress bar (what ModelCheckpoint/EarlyStopping read)
+            pl_module.log_dict(values, on_step=True, on_epoch=False, logger=False, batch_size=rec.get("batch"))
+            # the loggers get each record once, at its step: a value logged with self.log on some
+            # steps only is re-sent by Lightning at every logging step until the epoch ends
+            for logger in trainer.loggers:
+                logger.log_metrics(values, step=rec["step"])
+        self._logged = len(self.monitor.history)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.monitor is not None and stage == "fit":
+            self.monitor.detach()
+
+
+__all__ = ["BACKBONE_NAMES", "GeometryCallback", "HEAD_NAMES"]

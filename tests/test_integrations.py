@@ -1,0 +1,133 @@
+"""The Lightning callback and the two examples, with the real lightly and Lightning packages."""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("lightning", reason='pip install -e ".[dev]" installs Lightning')
+pytest.importorskip("lightly", reason='pip install -e ".[dev]" installs lightly')
+
+import lightning as L  # noqa: E402
+from lightning.pytorch.loggers import Logger  # noqa: E402
+
+from geohead import GeometricHead  # noqa: E402
+from geohead.geometry import rankme  # noqa: E402
+from geohead.integrations.lightning import GeometryCallback  # noqa: E402
+from geohead.objectives import get_objective  # noqa: E402
+
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    # Lightning 2.6's own call of a pytree API that recent torch deprecates
+    pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning"),
+]
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class _Module(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = nn.Sequential(nn.Flatten(), nn.Linear(12, 10))
+        self.projector = GeometricHead(10, 6, hidden_dim=16)
+        self.criterion = get_objective("barlow")
+        self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def training_step(self, batch, batch_idx):
+        (x,) = batch
+        f = self.encoder(torch.cat([x, x + 0.1 * torch.randn_like(x)]))
+        z = self.projector(f)
+        self.seen.append((f.detach(), z.detach()))
+        return self.criterion(list(z.chunk(2)))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+class _Capture(Logger):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[int, dict]] = []
+
+    name, version, experiment = "capture", "0", None
+
+    def log_metrics(self, metrics, step=None):
+        self.rows.append((step, dict(metrics)))
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+
+def _fit(callback: GeometryCallback, steps: int) -> tuple[_Module, _Capture]:
+    module, logger = _Module(), _Capture()
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 2, 2))
+    trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=logger, callbacks=[callback],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        log_every_n_steps=1)
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
+    module.trainer_metrics = dict(trainer.callback_metrics)
+    return module, logger
+
+
+def test_callback_records_every_n_steps_logs_each_record_once_and_detaches():
+    callback = GeometryCallback(every=2, objective="criterion", hessian_every=2)
+    module, logger = _fit(callback, steps=5)
+    history = callback.monitor.history
+    assert [r["step"] for r in history] == [0, 2, 4]
+    for rec in history:  # the values of the step's training forward
+        f, z = module.seen[rec["step"]]
+        assert rec["rankme_backbone"] == rankme(f) and rec["rankme_head"] == rankme(z)
+    assert "hessian_lambda_min" in history[0] and "hessian_lambda_min" not in history[1]
+    assert math.isfinite(history[2]["m_over_h"])
+    geometry_rows = [(s, m) for s, m in logger.rows if any(k.startswith("geometry/") for k in m)]
+    assert [s for s, _ in geometry_rows] == [0, 2, 4]
+    for (_, m), rec in zip(geometry_rows, history):
+        assert m["geometry/rankme_head"] == rec["rankme_head"] and m["geometry/std_backbone"] == rec["std_backbone"]
+    assert float(module.trainer_metrics["geometry/rankme_head"]) == pytest.approx(history[-1]["rankme_head"])
+    assert not callback.monitor.attached
+    assert not module.encoder._forward_hooks and not module.projector._forward_hooks
+
+
+def test_callback_names_what_to_pass_when_it_finds_no_head():
+    class NoHead(_Module):
+        def __init__(self):
+            super().__init__()
+            self.mlp = self.projector
+            del self.projector
+
+    callback = GeometryCallback(every=1)
+    with pytest.raises(AttributeError, match="head='<attribute name>'"):
+        callback.setup(None, NoHead(), "fit")
+    callback = GeometryCallback(every=1, head="mlp")
+    callback.setup(None, NoHead(), "fit")
+    assert callback.monitor.head is not None
+    callback.monitor.detach()
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_lightly_example_tiny(tmp_path, capsys):
+    history = _load("lightly_barlow").main(["--n", "64", "--n-test", "40", "--steps", "4", "--batch", "16",
+                                            "--every", "2", "--hessian-every", "2", "--hidden", "32",
+                                            "--out-dim", "32", "--log", str(tmp_path / "m.jsonl")])
+    assert [r["step"] for r in history] == [2, 4]
+    assert math.isfinite(history[0]["hessian_lambda_min"]) and "hessian_lambda_min" not in history[1]
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 2
+    assert "backbone kNN accuracy" in capsys.readouterr().out
+
+
+def test_lightning_example_tiny(tmp_path, capsys):
+    history = _load("lightning_monitor").main(["--n", "64", "--steps", "4", "--batch", "16", "--every", "2",
+                                               "--out", str(tmp_path)])
+    assert [r["step"] for r in history] == [0, 2]
+    out = capsys.readouterr().out
+    assert "logged by Lightning" in out and len(list(tmp_path.rglob("metrics.csv"))) == 1
