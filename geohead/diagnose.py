@@ -29,8 +29,9 @@ import dataclasses
 import json
 import math
 import os
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -143,40 +144,37 @@ def real_feature_batch(tm: TrainedModels, images: Tensor, mean, std, cfg, seed: 
         return tm.model.backbone(views[0]).float(), tm.model.backbone(views[1]).float()
 
 
-def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings | None = None, progress=None) -> dict[str, Any]:
+class _Clock:
+    """Seconds spent per part, and the progress line before each part."""
+
+    def __init__(self, progress: Callable[[str], None] | None) -> None:
+        self.progress, self.seconds = progress, {}
+        self.t, self.part = time.perf_counter(), None
+
+    def __call__(self, msg: str, part: str | None = None) -> None:
+        now = time.perf_counter()
+        if self.part is not None:
+            self.seconds[self.part] = self.seconds.get(self.part, 0.0) + now - self.t
+        self.t, self.part = now, part
+        if self.progress is not None and msg:
+            self.progress(msg)
+
+
+def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """The geometry report of a checkpoint (see the module docstring); a JSON-ready dict.
 
     ``progress`` (optional) is called with a short string before each part.
     """
-    from geohead.data import ORBIT_FAMILIES, load_dataset
-    from geohead.features import extract, image_encoder
-    from geohead.geometry import (
-        EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
-    )
-    from geohead.geometry.summary import MODES
+    from geohead.data import load_dataset
     from geohead.evaluate import run_probes
 
-    import time
-
     s = (settings or DiagnoseSettings()).validate()
-    seconds: dict[str, float] = {}
-    clock = [time.perf_counter(), None]
-
-    def say(msg: str, part: str | None = None) -> None:
-        now = time.perf_counter()
-        if clock[1] is not None:
-            seconds[clock[1]] = seconds.get(clock[1], 0.0) + now - clock[0]
-        clock[0], clock[1] = now, part
-        if progress is not None and msg:
-            progress(msg)
+    say = _Clock(progress)
     device = resolve_device(s.device)
     ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
     tm = load_trained(ck, device)
-    meta = tm.meta
-    cfg = _config(meta, s)
-    mean, std = meta["data"]["mean"], meta["data"]["std"]  # the training normalisation, whatever the data
-    dtype = MODES[s.mode]["dtype"]
-    head, pred, teacher_head = tm.model.head, tm.predictor, tm.teacher_head
+    cfg = _config(tm.meta, s)
 
     say("data", "data")  # first, so that a bad --data fails before any measurement
     test = load_dataset(cfg.data.test or cfg.data.name, root=cfg.data.root, train=False, download=False,
@@ -185,18 +183,48 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     if s.probes:
         train_data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=False,
                                   n=s.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
+    parts = _curvature(tm, test, cfg, s, device, say)
+    parts.update(_orbits_and_collapse(tm, test, s, device, say))
+    parts["probes"] = None
+    if s.probes:
+        say("guillotine probes", "probes")
+        parts["probes"] = run_probes(cfg, tm.model, train_data, device, load_dataset)
+    say("", None)
+    return _json_safe(_assemble(ck, tm, cfg, s, test, parts, say.seconds))
 
+
+def _curvature(tm: TrainedModels, test: Any, cfg: Any, s: DiagnoseSettings, device: torch.device,
+               say: _Clock) -> dict[str, Any]:
+    """``escape`` (at the complete collapsed state), ``hessian`` and ``density`` (H_eff at two
+    training views of the first ``hessian_samples`` test images)."""
+    from geohead.geometry import EffectiveHessian, escape_curvature, slq_density, spectrum_summary
+    from geohead.geometry.summary import MODES
+
+    head, pred, teacher_head = tm.model.head, tm.predictor, tm.teacher_head
     say("escape curvature at collapse", "escape")
     escape = escape_curvature(head, tm.objective, predictor=pred, teacher=teacher_head, batch_size=s.collapse_batch,
                               kind="complete", mode=s.mode, generator=torch.Generator().manual_seed(s.seed))
     say("H_eff at real features", "hessian")
     b = min(s.hessian_samples, len(test))
+    mean, std = tm.meta["data"]["mean"], tm.meta["data"]["std"]  # the training normalisation, whatever the data
     z1, z2 = real_feature_batch(tm, test.images[:b], mean, std, cfg, s.seed, device)
-    eh = EffectiveHessian(head, tm.objective, z1, z2, predictor=pred, teacher=teacher_head, bn_mode="eval", dtype=dtype)
+    eh = EffectiveHessian(head, tm.objective, z1, z2, predictor=pred, teacher=teacher_head, bn_mode="eval",
+                          dtype=MODES[s.mode]["dtype"])
     hess = spectrum_summary(eh, mode=s.mode, generator=torch.Generator().manual_seed(s.seed))
     dens = slq_density(eh.H, num_probes=s.density_probes, num_steps=s.density_steps,
                        generator=torch.Generator().manual_seed(s.seed))
+    return {"escape": escape.to_dict(), "hessian": hess.to_dict(), "density": dens.to_dict(), "hessian_samples": b}
 
+
+def _orbits_and_collapse(tm: TrainedModels, test: Any, s: DiagnoseSettings, device: torch.device,
+                         say: _Clock) -> dict[str, Any]:
+    """``orbits`` per augmentation family on the first ``n_orbit_images`` test images, and the
+    ``collapse`` monitors of backbone features and head embeddings of the test split."""
+    from geohead.data import ORBIT_FAMILIES
+    from geohead.features import extract, image_encoder
+    from geohead.geometry import collapse_monitors, orbit_invariance
+
+    mean, std = tm.meta["data"]["mean"], tm.meta["data"]["std"]
     n_orb = min(s.n_orbit_images, len(test))
     images01 = test.images[:n_orb].float() / 255.0
     encode = image_encoder(tm.model.backbone, mean, std, device, channels_last=tm.channels_last)
@@ -204,21 +232,19 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     for name in s.families:
         fam = ORBIT_FAMILIES[name]
         say(f"orbits: {name}", "orbits")
-        orbits[name] = orbit_invariance(encode, head, images01.to(device), fam.fn, fam.params, labels=test.labels[:n_orb],
-                                        generator=torch.Generator().manual_seed(s.seed)).to_dict()
+        orbits[name] = orbit_invariance(encode, tm.model.head, images01.to(device), fam.fn, fam.params,
+                                        labels=test.labels[:n_orb], generator=torch.Generator().manual_seed(s.seed)).to_dict()
         orbits[name]["description"] = fam.description
-
     say("collapse monitors", "collapse")
-    feats, embs = extract(tm.model.backbone, head, test.images, mean, std, device, channels_last=tm.channels_last)
+    feats, embs = extract(tm.model.backbone, tm.model.head, test.images, mean, std, device, channels_last=tm.channels_last)
     collapse = {"backbone": collapse_monitors(feats).to_dict(), "head": collapse_monitors(embs).to_dict()}
+    return {"orbits": orbits, "collapse": collapse, "n_orbit_images": n_orb}
 
-    probes = None
-    if s.probes:
-        say("guillotine probes", "probes")
-        probes = run_probes(cfg, tm.model, train_data, device, load_dataset)
 
-    say("", None)
-    bb = meta["backbone"]
+def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, test: Any, parts: dict[str, Any],
+              seconds: dict[str, float]) -> dict[str, Any]:
+    """The report's JSON layout (``format: geohead.diagnose/1``)."""
+    meta, bb = tm.meta, tm.meta["backbone"]
     report = {
         "format": "geohead.diagnose/1",
         "source": {
@@ -228,18 +254,14 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
             "teacher": tm.teacher is not None, "trained_on": meta.get("data"),
         },
         "data": {"name": cfg.data.name, "test": cfg.data.test or cfg.data.name, "n_test": len(test),
-                 "n_orbit_images": n_orb, "hessian_samples": b, "mean": mean, "std": std},
+                 "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
+                 "mean": meta["data"]["mean"], "std": meta["data"]["std"]},
         "settings": dataclasses.asdict(s),
-        "escape": escape.to_dict(),
-        "hessian": hess.to_dict(),
-        "density": dens.to_dict(),
-        "orbits": orbits,
-        "collapse": collapse,
-        "probes": probes,
+        **{k: parts[k] for k in ("escape", "hessian", "density", "orbits", "collapse", "probes")},
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
     }
     report["settings"]["families"] = list(s.families)
-    return _json_safe(report)
+    return report
 
 
 # ---------------------------------------------------------------------- table
