@@ -65,7 +65,9 @@ def source_of_checkpoint(ck: Checkpoint, teacher: bool, with_head: bool) -> Sour
     return Source(dict(config), tensors, head, head_spec, provenance)
 
 
-def source_of_module(model: nn.Module, with_head: bool, teacher: bool) -> Source:
+def source_of_module(model: nn.Module, with_head: bool, teacher: bool, **foreign: Any) -> Source:
+    """``foreign``: architecture / model_args / img_size for a timm model geohead did not build
+    (see :mod:`geohead.export.foreign`)."""
     if teacher:
         raise ExportError("teacher=True selects the EMA teacher of a checkpoint; to export a teacher module, pass it itself")
     model = getattr(model, "_orig_mod", model)  # torch.compile
@@ -73,12 +75,12 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool) -> Source
     backbone = getattr(model, "backbone", model)
     head = getattr(model, "head", None) if backbone is not model else None
     config = getattr(backbone, "geohead_config", None)
-    if not isinstance(config, dict):
-        raise ExportError(
-            f"{type(backbone).__name__} has no geohead_config, so its architecture cannot be recorded; create it with "
-            "geohead.backbones.create_backbone(...) or export a training checkpoint / run folder"
-        )
-    tensors = dict(backbone.state_dict())
+    if isinstance(config, dict):
+        tensors = dict(backbone.state_dict())
+    else:  # a timm model built by someone else: architecture inferred and checked bit for bit
+        from geohead.export.foreign import foreign_backbone
+
+        config, tensors = foreign_backbone(backbone, **{k: v for k, v in foreign.items() if v is not None})
     head_tensors = head_spec = None
     if with_head:
         spec = getattr(head, "spec", None)
@@ -93,7 +95,8 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool) -> Source
         "data": None,
         "step": None,
         "branch": "student",
-        "source": f"in-memory {type(model).__name__}",
+        "source": f"in-memory {type(model).__name__}"
+        + ("" if hasattr(backbone, "geohead_config") else " (built by timm, not geohead)"),
     }
     return Source(dict(config), tensors, head_tensors, head_spec, provenance)
 

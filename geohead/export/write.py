@@ -133,6 +133,9 @@ def export_backbone(
     overwrite: bool = False,
     mean: list[float] | tuple[float, ...] | None = None,
     std: list[float] | tuple[float, ...] | None = None,
+    architecture: str | None = None,
+    model_args: Mapping[str, Any] | None = None,
+    img_size: int | None = None,
 ) -> ExportResult:
     """Write the backbone of ``source`` alone to ``out_dir`` (see the module docstring).
 
@@ -140,7 +143,10 @@ def export_backbone(
         source: a run folder or ``.ckpt`` file of ``geohead train`` (or a loaded
             :class:`~geohead.checkpoint.Checkpoint`), geohead's ``SSLModel`` (its ``.backbone``
             is exported, ``.head`` with ``with_head``), or a backbone from
-            :func:`geohead.backbones.create_backbone`.
+            :func:`geohead.backbones.create_backbone`, or any timm model (trained by lightly,
+            Lightning, your own loop): its architecture and arguments are inferred and checked
+            bit for bit against timm's rebuild before anything is written
+            (:mod:`geohead.export.foreign`).
         out_dir: the export folder (created with its parents; written in a temporary sibling
             folder and renamed, so a failure leaves nothing half-written).
         dtype: ``"fp32"`` (default), ``"bf16"`` or ``"fp16"``: storage dtype of floating tensors.
@@ -151,6 +157,9 @@ def export_backbone(
         mean, std: the input normalisation for ``pretrained_cfg``; default: the training data's
             (from the checkpoint). A module export without them keeps timm's architecture default
             and records ``data: null``.
+        architecture, model_args, img_size: for a timm model geohead did not build: the timm
+            name and keyword arguments it was created with and its input size, where they cannot
+            be inferred (the error says which).
 
     Returns: :class:`ExportResult`.
 
@@ -162,7 +171,8 @@ def export_backbone(
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
     if isinstance(source, nn.Module):
-        src = source_of_module(source, with_head, teacher)
+        src = source_of_module(source, with_head, teacher, architecture=architecture, model_args=model_args,
+                               img_size=img_size)
     else:
         ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
         src = source_of_checkpoint(ck, teacher, with_head)
