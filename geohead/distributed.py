@@ -3,11 +3,12 @@
 Every function is the identity (or a no-op) when ``torch.distributed`` is not initialised or
 the world has one process, so single-process code pays nothing.
 
-Gradient convention: :func:`gather` uses ``torch.distributed.nn.functional.all_gather``, whose
-backward sums the incoming gradients of all ranks. When every rank computes the same global
-loss from the gathered batch, each rank's local gradient is ``world_size ×`` the gradient of the
-global loss; DDP's gradient averaging divides it back, so parameter gradients equal those of
-one process on the whole batch.
+Gradient convention: :func:`gather`'s backward sums the incoming gradients of all ranks (as
+``torch.distributed.nn.functional.all_gather`` did; that function is deprecated and warns on
+every call, so geohead has its own autograd function over the public ``all_gather`` and
+``all_reduce``). When every rank computes the same global loss from the gathered batch, each
+rank's local gradient is ``world_size ×`` the gradient of the global loss; DDP's gradient
+averaging divides it back, so parameter gradients equal those of one process on the whole batch.
 """
 from __future__ import annotations
 
@@ -28,13 +29,31 @@ def rank() -> int:
     return torch.distributed.get_rank() if is_distributed() else 0
 
 
+class _AllGather(torch.autograd.Function):
+    """Forward: the ranks' (B, ...) tensors concatenated in rank order. Backward: the gradient of
+    the gathered batch summed over ranks (all_reduce), this rank's rows of it."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+        x = x.contiguous()
+        parts = [torch.empty_like(x) for _ in range(torch.distributed.get_world_size())]
+        torch.distributed.all_gather(parts, x)
+        ctx.rows, ctx.rank = x.shape[0], torch.distributed.get_rank()
+        return torch.cat(parts, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+        grad = grad.contiguous().clone()
+        torch.distributed.all_reduce(grad)
+        return grad[ctx.rank * ctx.rows:(ctx.rank + 1) * ctx.rows]
+
+
 def gather(x: Tensor) -> Tensor:
-    """Concatenate ``x`` (B, ...) of every rank along dim 0 in rank order, carrying gradients."""
+    """Concatenate ``x`` (B, ...) of every rank along dim 0 in rank order, carrying gradients
+    (every rank must pass the same B)."""
     if not is_distributed():
         return x
-    from torch.distributed.nn.functional import all_gather
-
-    return torch.cat(all_gather(x.contiguous()), dim=0)
+    return _AllGather.apply(x)
 
 
 @torch.no_grad()

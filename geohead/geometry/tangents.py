@@ -17,9 +17,11 @@ guillotine").
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -87,11 +89,24 @@ class TangentInvariance:
         return dataclasses.asdict(self)
 
 
+@contextlib.contextmanager
+def _quiet_forward_ad() -> Iterator[None]:
+    """torch's first forward-mode product imports torch._decomp.decompositions_for_jvp, which
+    builds its decompositions with torch.jit.script and so warns "`torch.jit.script` is
+    deprecated" (recent torch; torch's own call, nothing geohead can change). Only that warning
+    of that module is silenced, only here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning,
+                                module=r"torch\.jit\._script")
+        yield
+
+
 def _jvp_rows(h: Callable[[Tensor], Tensor], z: Tensor, u: Tensor, rows: int) -> Tensor:
     """J_h(z_i) u_i for stacked rows z, u (N, d) → (N, k), ``rows`` rows per forward-mode call."""
-    if z.shape[0] == 0:
-        return torch.func.jvp(h, (z,), (u,))[1]
-    return torch.cat([torch.func.jvp(h, (z[i:i + rows],), (u[i:i + rows],))[1] for i in range(0, z.shape[0], rows)])
+    with _quiet_forward_ad():
+        if z.shape[0] == 0:
+            return torch.func.jvp(h, (z,), (u,))[1]
+        return torch.cat([torch.func.jvp(h, (z[i:i + rows],), (u[i:i + rows],))[1] for i in range(0, z.shape[0], rows)])
 
 
 def tangent_invariance(
