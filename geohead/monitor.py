@@ -35,7 +35,7 @@ from geohead.errors import NonFiniteError
 #: The keys of every record (``hessian_*`` and ``m_over_h`` only on records that measured H_eff).
 MONITOR_KEYS = (
     "step", "batch", "rankme_backbone", "rankme_head", "std_backbone", "std_head", "std_healthy_backbone",
-    "std_healthy_head", "alpha_req_backbone", "alpha_req_head",
+    "std_healthy_head", "alpha_req_backbone", "alpha_req_head", "monitor_seconds",
 )
 HESSIAN_KEYS = ("hessian_lambda_min", "hessian_lambda_max", "hessian_num_negative", "m_over_h", "hessian_seconds")
 
@@ -73,7 +73,8 @@ class GeometryMonitor:
     1/√k as ``std_healthy_*``), ``alpha_req_backbone`` and ``alpha_req_head``, computed by
     :func:`geohead.geometry.rankme`, :func:`~geohead.geometry.alpha_req` and
     :func:`~geohead.geometry.normalized_std` on the batch of that forward (gathered over ranks
-    under ``torch.distributed``). Non-finite embeddings (a diverged run) give NaN, never an error.
+    under ``torch.distributed``), and ``monitor_seconds``, the time these measurements took.
+    Non-finite embeddings (a diverged run) give NaN, never an error.
 
     Steps: a step is ``calls_per_step`` training-mode forwards of ``head``: 1 for a loop that
     concatenates the views into one batch (geohead's own), 2 for lightly's style
@@ -263,7 +264,9 @@ class GeometryMonitor:
                 self._finish(rec)
                 return
             self._armed = None
+            t0 = time.perf_counter()
             rec = self._measure(step, z, emb)
+            rec["monitor_seconds"] = time.perf_counter() - t0
             if self._hessian_due():
                 if self.calls_per_step == 1:  # one batch of concatenated views: its two halves
                     half = z.shape[0] // 2
