@@ -6,11 +6,10 @@ one run. Baseline: a 3-conv CNN (widths 16-32-64, stride-1 convs with max-pools,
 the kind of network the project guide timed at ~1,200 views/s), which is not a timm model and so
 cannot be exported as one; ``cnn3-s2`` is its cheaper stride-2 variant.
 
-Run::
+Run (in the project's environment, ``pip install -e .``)::
 
-    source /work/venv/bin/activate
-    flock /tmp/geohead-bench.lock python benchmarks/backbones.py            # all candidates
-    flock /tmp/geohead-bench.lock python benchmarks/backbones.py --quick    # skip the slow ones
+    python benchmarks/backbones.py            # all candidates
+    python benchmarks/backbones.py --quick    # skip the slow ones
 """
 from __future__ import annotations
 

@@ -6,10 +6,9 @@ Side by side in one run:
 * baseline: the same renderer called one image at a time (what a per-sample ``Dataset.__getitem__``
   would do), timed on ``--loop-n`` images and reported per 10,000.
 
-Run::
+Run (in the project's environment, ``pip install -e .``)::
 
-    source /work/venv/bin/activate
-    flock /tmp/geohead-bench.lock python benchmarks/shapes_speed.py
+    python benchmarks/shapes_speed.py
 
 Measured 2026-12-03 (2-core CPU shared with other jobs, load ~3, torch 2.14.1, 2 threads):
 make_shapes 0.18 s best / 0.20 s median (55,700 images/s); one image per call 3.09 s per 10,000;

@@ -15,10 +15,10 @@ pipelines on the same CIFAR-10 images, the same backbone (geohead's CPU default
   checkpoint, tracking off), throughput read from its metrics (monitors and checkpoints are
   excluded from its timing windows).
 
-Run (lightly is not a geohead dependency; install it beside the venv for this script only)::
+Run (lightly is not a geohead dependency; the ``bench`` extra installs it)::
 
-    pip install --target /work/bench-deps --no-deps lightly lightning-utilities
-    PYTHONPATH=/work/bench-deps flock /tmp/geohead-bench.lock python benchmarks/train_step.py
+    pip install -e ".[bench]"
+    python benchmarks/train_step.py
 
 Goals (issue #5): geohead >= 1.3x lightly, and <= 5 % slower than the bare loop.
 """

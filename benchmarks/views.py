@@ -12,11 +12,10 @@ measured side by side in one run on the same images:
   gaussian_blur=0.0)`` on PIL images in a ``DataLoader`` with 2 worker processes (the usual
   per-image pipeline), baseline of the ratio column.
 
-Run (lightly is NOT a geohead dependency; it is installed beside the venv for this script only)::
+Run (lightly is not a geohead dependency; the ``bench`` extra installs it)::
 
-    source /work/venv/bin/activate
-    pip install --target /work/bench-deps --no-deps lightly lightning-utilities
-    PYTHONPATH=/work/bench-deps flock /tmp/geohead-bench.lock python benchmarks/views.py
+    pip install -e ".[bench]"
+    python benchmarks/views.py
 
 Without lightly importable the lightly row is skipped (with the reason). Data:
 ``../shared/data/cifar10_train_10k.npz`` (relative to the repo root).
