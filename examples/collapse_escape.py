@@ -81,8 +81,8 @@ def main() -> None:
             r = measure(name, kw, pred_kind, act, norm, args.seed)
             results.append({"objective": label, "activation": act, **r.to_dict()})
             lam_e = f"{r.lambda_min_objective:.3g}"
-            if r.objective_psd_tangent is not None:
-                lam_e += " (tan. " + ("PSD" if r.objective_psd_tangent else "indef.") + ")"
+            if r.frame == "tangent":  # scale-invariant loss: H, G, ∇²_e L in the sphere-tangent frame
+                lam_e += " (tangent; ambient " + ("PSD" if r.objective_psd_ambient else "indef.") + ")"
             print(
                 f"| {label} | {act} | {lam_e} | {r.lambda_min_G:.3g} | {r.lambda_min_H:.3g} | {r.num_negative_G} | "
                 f"{r.num_negative_H} | {r.m_over_h:.2g} | {r.head_share:.2f} | {'holds' if r.premise_holds else 'fails'} |"

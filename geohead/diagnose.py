@@ -52,6 +52,8 @@ class DiagnoseSettings:
         n_orbit_images: images per orbit family (each gives P views, P = the family's sweep).
         hessian_samples: batch size B of the H_eff at real features.
         collapse_batch: batch size of the collapsed state.
+        refine: L-BFGS iterations that look for a collapsed equilibrium near the drawn state
+            (used instead of it when one is found; 0 measures the drawn state as it is).
         mode: ``"accurate"`` (float64, converged Lanczos) or ``"fast"`` (float32, screening).
         density_probes, density_steps: stochastic Lanczos quadrature of the spectral density.
         families: orbit families (names in ORBIT_FAMILIES); probes: run the guillotine probes;
@@ -67,6 +69,7 @@ class DiagnoseSettings:
     n_orbit_images: int = 64
     hessian_samples: int = 64
     collapse_batch: int = 16
+    refine: int = 50
     mode: str = "accurate"
     density_probes: int = 4
     density_steps: int = 40
@@ -88,6 +91,8 @@ class DiagnoseSettings:
         for key in ("n_test", "n_train", "n_orbit_images", "density_probes", "density_steps"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.refine < 0:
+            raise ValueError(f"refine must be >= 0 (L-BFGS iterations), got {self.refine}")
         for key in ("hessian_samples", "collapse_batch"):
             if getattr(self, key) < 2:
                 raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
@@ -203,7 +208,8 @@ def _curvature(tm: TrainedModels, test: Any, cfg: Any, s: DiagnoseSettings, devi
     head, pred, teacher_head = tm.model.head, tm.predictor, tm.teacher_head
     say("escape curvature at collapse", "escape")
     escape = escape_curvature(head, tm.objective, predictor=pred, teacher=teacher_head, batch_size=s.collapse_batch,
-                              kind="complete", mode=s.mode, generator=torch.Generator().manual_seed(s.seed))
+                              kind="complete", mode=s.mode, refine=s.refine,
+                              generator=torch.Generator().manual_seed(s.seed))
     say("H_eff at real features", "hessian")
     b = min(s.hessian_samples, len(test))
     mean, std = tm.meta["data"]["mean"], tm.meta["data"]["std"]  # the training normalisation, whatever the data
@@ -297,13 +303,20 @@ def format_table(report: dict[str, Any]) -> str:
         f" | step {src['step']}/{src['total_steps']}",
         f"data: {data['test']} ({data['n_test']} test images; normalised with the training mean/std)",
         "",
-        f"Escape curvature at complete collapse (B={e['batch_size']}, spread {fmt(e['spread'])}, {e['dtype']}, BN {e['bn_mode']})",
+        f"Escape curvature at complete collapse (B={e['batch_size']}, spread {fmt(e['spread'])}, {e['dtype']}, BN {e['bn_mode']}, "
+        f"{e['frame']} frame)",
+        f"  equilibrium: {e['equilibrium']} (|grad_Z f| / (max|lambda| |Z|) = {fmt(e['gradient_relative'])}; "
+        + ("a saddle" if e["saddle"] else "no saddle: " + ("no negative curvature" if e["stationary"] else "not stationary"))
+        + ")",
     ]
+    tangent = e["frame"] == "tangent"
     lines += _rows(
         ["operator", "lambda_min", "lambda_max", "#negative"],
-        [["H_eff = G + M", e["lambda_min_H"], e["lambda_max_H"], e["num_negative_H"]],
-         ["G (pullback)", e["lambda_min_G"], e["lambda_max_G"], e["num_negative_G"]],
-         ["objective Hessian", e["lambda_min_objective"], e["lambda_max_objective"], e["num_negative_objective"]]],
+        [["H_tan = G_tan + M" if tangent else "H_eff = G + M", e["lambda_min_H"], e["lambda_max_H"], e["num_negative_H"]],
+         ["G_tan (pullback)" if tangent else "G (pullback)", e["lambda_min_G"], e["lambda_max_G"], e["num_negative_G"]],
+         ["P hess_e L P" if tangent else "objective Hessian", e["lambda_min_objective"], e["lambda_max_objective"],
+          e["num_negative_objective"]]]
+        + ([["H_eff (ambient, reference)", e["lambda_min_H_ambient"], None, e["num_negative_H_ambient"]]] if tangent else []),
     )
     lines.append(
         f"  head curvature along the escape direction v'Mv = {fmt(e['head_curvature'])} (v'Gv = {fmt(e['pullback_curvature'])}), "

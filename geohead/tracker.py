@@ -39,7 +39,7 @@ class Tracker:
         return {"rankme": f"{self.latest['rankme_head']:.1f}"} if "rankme_head" in self.latest else {}
 
     def monitor(self, step: int, model: SSLModel, feats: Tensor, embs: Tensor, views: list[Tensor], teacher) -> None:
-        from geohead.geometry.collapse import normalized_std, rankme
+        from geohead.geometry.monitors import normalized_std, rankme
 
         with torch.no_grad():
             feats_g = distributed.gather(feats.detach().float())

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from geohead.checkpoint import load_checkpoint
 from geohead.cli import main
-from geohead.diagnose import fmt
+from geohead.diagnose import DiagnoseSettings, fmt
 from tiny_runs import tiny_run
 
 FAST = ["--mode", "fast", "--n-test", "48", "--n-train", "64", "--orbit-images", "4", "--hessian-samples", "8",
@@ -62,7 +62,8 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
 
     out = {}
     out["escape"] = escape_curvature(model.head, objective, predictor=model.predictor, teacher=teacher.head, batch_size=6,
-                                     kind="complete", mode="fast", generator=torch.Generator().manual_seed(seed)).to_dict()
+                                     kind="complete", mode="fast", refine=DiagnoseSettings().refine,
+                                     generator=torch.Generator().manual_seed(seed)).to_dict()
     test = load_dataset("shapes", train=False, n=48, img_size=32, seed=0)
     views = make_view_fn(cfg.data.views or "byol", 32, mean, std, **dict(cfg.data.view_args or {}))(
         test.images[:8], torch.Generator().manual_seed(seed))
@@ -112,9 +113,13 @@ def test_diagnose_prints_and_writes_exactly_the_library_numbers(byol_run, tmp_pa
     # the table prints those numbers (fmt: 4 significant digits)
     text = res.output
     e, h = report["escape"], report["hessian"]
-    line = next(ln for ln in text.splitlines() if ln.strip().startswith("H_eff = G + M"))
+    assert e["frame"] == "tangent" and "tangent frame" in text  # BYOL's cosine loss: the sphere-tangent frame
+    assert f"equilibrium: {e['equilibrium']} (|grad_Z f| / (max|lambda| |Z|) = {fmt(e['gradient_relative'])}" in text
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("H_tan = G_tan + M"))
     assert line.split()[-3:] == [fmt(e["lambda_min_H"]), fmt(e["lambda_max_H"]), fmt(e["num_negative_H"])]
-    line = next(ln for ln in text.splitlines() if ln.strip().startswith("G (pullback)"))
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("H_eff (ambient, reference)"))
+    assert line.split()[-3:] == [fmt(e["lambda_min_H_ambient"]), "-", fmt(e["num_negative_H_ambient"])]
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("G_tan (pullback)"))
     assert line.split()[-3:] == [fmt(e["lambda_min_G"]), fmt(e["lambda_max_G"]), fmt(e["num_negative_G"])]
     assert f"|M|/|H| = {fmt(e['m_over_h'])}" in text and f"v'Mv = {fmt(e['head_curvature'])}" in text
     hl = text.splitlines()[text.splitlines().index(next(ln for ln in text.splitlines() if "lambda_min  lambda_max  #negative  cond" in ln)) + 1]

@@ -10,9 +10,8 @@ import torch
 from torch import nn
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.collapse import (
-    alpha_req, collapse_monitors, escape_curvature, normalized_std, rankme, within_rank_condition,
-)
+from geohead.geometry.collapse import escape_curvature
+from geohead.geometry.monitors import alpha_req, collapse_monitors, normalized_std, rankme, within_rank_condition
 from geohead.heads import GeometricHead
 from geohead.objectives import CollapsedState, get_objective
 
@@ -78,11 +77,15 @@ def test_psd_objective_linear_and_relu_heads_have_no_negative_curvature(name: st
 
 
 @pytest.mark.parametrize("name,kw", MSE, ids=["byol-mse", "simsiam-mse"])
-def test_psd_objective_smooth_heads_make_a_saddle_through_m(name: str, kw: dict) -> None:
-    """Thm 4.1's mechanism: G is PSD (premise), the negative curvature comes from the head."""
+def test_psd_objective_smooth_heads_bend_the_escape_direction_through_m(name: str, kw: dict) -> None:
+    """Thm 4.1's mechanism: G is PSD (premise), the negative curvature comes from the head. The
+    default state (spread 1e-2, a predictor between head and target) is no equilibrium, so this
+    negative curvature is not called a saddle."""
     for act in ("silu", "gelu"):
         r = run(name, kw, act)
-        assert r.premise_holds
+        assert r.premise_holds and r.frame == "ambient"
+        assert not r.stationary and r.equilibrium == "none" and not r.saddle
+        assert r.gradient_relative > 1e-3
         assert r.lambda_min_G >= -1e-10 * r.lambda_max_H and r.num_negative_G == 0
         assert r.num_negative_H > 0 and r.lambda_min_H < 0
         assert r.head_curvature < 0 and r.pullback_curvature >= -1e-12 * r.lambda_max_H
@@ -110,11 +113,16 @@ def test_vanishing_gradient_is_flagged_and_kills_m() -> None:
     assert r.m_over_h == 0.0
 
 
-def test_cosine_objectives_report_tangent_versions() -> None:
+def test_cosine_objectives_are_measured_in_the_tangent_frame() -> None:
     r = run("simsiam", {}, "silu")
-    assert r.lambda_min_G_tangent is not None and r.objective_psd_tangent is not None
+    assert r.frame == "tangent"
+    assert r.lambda_min_H_ambient is not None and r.objective_psd_ambient is not None
+    amb = run("simsiam", {}, "silu", frame="ambient")
+    assert amb.frame == "ambient" and amb.lambda_min_H == pytest.approx(r.lambda_min_H_ambient, rel=1e-8)
     r2 = run("barlow", {}, "silu")
-    assert r2.lambda_min_G_tangent is None and r2.objective_psd_tangent is None
+    assert r2.frame == "ambient" and r2.lambda_min_H_ambient is None and r2.objective_psd_ambient is None
+    with pytest.raises(ValueError, match="scale-invariant"):
+        run("barlow", {}, "silu", frame="tangent")
 
 
 def test_dino_prototype_head_is_curved_even_with_relu() -> None:

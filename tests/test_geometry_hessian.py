@@ -87,7 +87,8 @@ def dense_reference(obj, head, pred, z1, z2, train: bool = False):
     eh_ = e / e.norm(dim=1, keepdim=True)
     P = torch.block_diag(*[torch.eye(kk, dtype=F64) - torch.outer(r, r) for r in eh_])
     grad_z = (jac(f, z1) if train else torch.func.grad(f)(z1)).detach()
-    return {"grad_z": grad_z, "grad_e": ge, "H": H, "G": J.T @ He @ J, "M": M, "G_tangent": J.T @ P @ He @ P @ J, "objective": He,
+    return {"grad_z": grad_z, "grad_e": ge, "H": H, "G": J.T @ He @ J, "M": M, "G_tangent": J.T @ P @ He @ P @ J,
+            "H_tangent": J.T @ P @ He @ P @ J + M, "objective": He,
             "objective_tangent": P @ He @ P}
 
 
@@ -102,7 +103,7 @@ def test_operators_equal_dense_hessians(name: str, kw: dict) -> None:
     ref = dense_reference(obj, head, pred, z1, z2)
     scale = float(ref["H"].norm())
     assert scale > 0
-    for key in ("H", "G", "M", "G_tangent"):
+    for key in ("H", "G", "M", "G_tangent", "H_tangent"):
         got = eh.operator(key).dense()
         assert float((got - ref[key]).norm()) <= 1e-8 * scale, key
     for key in ("objective", "objective_tangent"):

@@ -11,8 +11,12 @@ Submodules (import what you need; all depend on torch only), one concept each:
 * :mod:`~geohead.geometry.trace` — :func:`hutchinson_trace`, :func:`frobenius_norm`
   (Hutchinson / Hutch++).
 * :mod:`~geohead.geometry.summary` — :func:`spectrum_summary` (the logged numbers of one operator).
-* :mod:`~geohead.geometry.collapse` — :func:`escape_curvature`, :func:`rankme`,
-  :func:`alpha_req`, :func:`normalized_std`, :func:`within_rank_condition`.
+* :mod:`~geohead.geometry.collapse` — :func:`escape_curvature` (curvature at collapsed states,
+  in the sphere-tangent frame for scale-invariant objectives).
+* :mod:`~geohead.geometry.equilibrium` — :func:`stationarity` (‖∇_Z f‖ relative to the
+  curvature), :func:`refine_collapsed` (a nearby collapsed equilibrium).
+* :mod:`~geohead.geometry.monitors` — :func:`rankme`, :func:`alpha_req`, :func:`normalized_std`,
+  :func:`within_rank_condition`, :func:`collapse_monitors`.
 * :mod:`~geohead.geometry.orbits` — :func:`build_orbits`, per-space orbit geometry, compression.
 * :mod:`~geohead.geometry.tangents` — :func:`tangent_invariance` (Jacobian gain and Fisher rank on
   augmentation tangents).
@@ -21,15 +25,16 @@ Submodules (import what you need; all depend on torch only), one concept each:
 """
 from __future__ import annotations
 
-from geohead.geometry.collapse import (
-    CollapseMonitors, EscapeCurvature, WithinRankCondition, alpha_req, collapse_monitors, escape_curvature,
-    normalized_std, rankme, within_rank_condition,
-)
+from geohead.geometry.collapse import EscapeCurvature, escape_curvature
 from geohead.geometry.density import slq_density
+from geohead.geometry.equilibrium import RefinedState, Stationarity, refine_collapsed, stationarity
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.invariance import InvarianceReport, orbit_invariance
 from geohead.geometry.lanczos import lanczos
 from geohead.geometry.linear import LinearHeadGeometry, induced_metric, linear_head_geometry
+from geohead.geometry.monitors import (
+    CollapseMonitors, WithinRankCondition, alpha_req, collapse_monitors, normalized_std, rankme, within_rank_condition,
+)
 from geohead.geometry.operators import Operator
 from geohead.geometry.orbits import build_orbits
 from geohead.geometry.summary import SpectrumSummary, spectrum_summary
@@ -38,8 +43,9 @@ from geohead.geometry.trace import frobenius_norm, hutchinson_trace
 
 __all__ = [
     "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry",
-    "Operator", "SpectrumSummary", "TangentInvariance", "build_orbits", "induced_metric", "linear_head_geometry",
+    "Operator", "RefinedState", "SpectrumSummary", "Stationarity", "TangentInvariance", "build_orbits", "induced_metric", "linear_head_geometry",
     "orbit_invariance", "WithinRankCondition", "alpha_req", "collapse_monitors", "escape_curvature",
-    "frobenius_norm", "hutchinson_trace", "lanczos", "normalized_std", "rankme", "slq_density", "spectrum_summary",
+    "frobenius_norm", "hutchinson_trace", "lanczos", "normalized_std", "rankme", "refine_collapsed", "slq_density",
+    "spectrum_summary", "stationarity",
     "tangent_invariance", "within_rank_condition",
 ]

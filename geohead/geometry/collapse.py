@@ -1,34 +1,40 @@
-"""Curvature at collapsed states (Thm 4.1) and collapse monitors on embedding batches.
+"""Curvature at collapsed states (Thm 4.1): :func:`escape_curvature`.
 
-:func:`escape_curvature` evaluates the effective Hessian H_eff = G + M of an objective through a
-head at the objective's collapsed state (complete collapse with a small perturbation, or
-dimensional collapse to rank r) and reports both parts. Thm 4.1 of Chaudhry (2026) says that,
-for an objective with a positive semi-definite ∇²_e L and ∇_e L ≠ 0, a smooth head makes the
-collapsed state a saddle through M, while linear and ReLU heads (M = 0) cannot. Two things can
-make a raw λ_min(H_eff) misleading as evidence about the head (docs/theory.md, "Measured facts"):
-objectives with batch standardisation (Barlow Twins, VICReg) or contrastive terms have a strongly
-indefinite ∇²_e L near collapse, so G has negative eigenvalues for *every* head, linear
-included; and where the premise holds (MSE to a target), the head-induced curvature is small.
-So the result separates what the head does (M) from what the objective does (G, ∇²_e L).
+It evaluates the effective Hessian H_eff = G + M of an objective through a head at the
+objective's collapsed state (complete collapse with a small perturbation, or dimensional
+collapse to rank r) and reports both parts. Thm 4.1 of Chaudhry (2026) says that at a collapsed
+*equilibrium*, for an objective with a positive semi-definite ∇²_e L and ∇_e L ≠ 0, a smooth
+head makes the state a saddle through M, while linear and ReLU heads without LayerNorm (M = 0)
+cannot. Four things can make a raw λ_min(H_eff) misleading as evidence about the head
+(docs/theory.md, "Collapsed states" and "Measured facts"):
 
-Monitors (on a batch of embeddings E, (N, k)): :func:`rankme` (Garrido et al. 2023),
-:func:`alpha_req` (Agrawal et al. 2022), :func:`normalized_std` (Chen & He 2021, ≈ 1/√k when
-healthy), :func:`within_rank_condition` (covariance condition number on its numerical range).
+* the frame: for scale-invariant (cosine) objectives the ambient H_eff has about one negative
+  eigenvalue per sample from the loss's radial directions, for every head; the curvature is
+  measured in the sphere-tangent frame (H_tan = G_tan + M) for them;
+* the state: a state with ∇_Z f ≠ 0 is no equilibrium, and its negative curvature no saddle; the
+  result reports the gradient relative to the curvature (:mod:`geohead.geometry.equilibrium`)
+  and can move the state to a nearby collapsed equilibrium (``refine``);
+* the objective: batch standardisation (Barlow Twins, VICReg) and contrastive terms make ∇²_e L
+  strongly indefinite near collapse, so G has negative eigenvalues for *every* head;
+* the size: where the premise holds, the head-induced curvature is small.
+
+So the result separates what the head does (M) from what the objective does (G, ∇²_e L), says
+which frame it used, and whether the state is an equilibrium.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
-from torch.nn import functional as F
+from torch import nn
 
-from geohead.errors import NonFiniteError
+from geohead.geometry.equilibrium import refine_collapsed, stationarity
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.lanczos import LanczosResult, lanczos
 from geohead.geometry.summary import Mode, count_negative, m_over_h_ratio, mode_settings
+
+FRAMES: tuple[str, ...] = ("auto", "ambient", "tangent")
 
 
 @dataclasses.dataclass
@@ -42,39 +48,48 @@ class EscapeCurvature:
     Fields of parts switched off (``pullback``, ``objective_spectrum``, ``m_over_h``) are None.
 
     Attributes:
-        lambda_min_H, lambda_max_H, num_negative_H: of H_eff (R^{B·d}).
-        lambda_min_G, lambda_max_G, num_negative_G: of the pullback metric G = Jᵀ ∇²_e L J
-            (negatives relative to max(|λ(G)|, |λ(H_eff)|)).
-        lambda_min_G_tangent, num_negative_G_tangent: of Jᵀ P ∇²_e L P J (cosine objectives
-            only, else None).
-        lambda_min_objective, lambda_max_objective, num_negative_objective: of ∇²_e L itself
-            (R^{B·k}); ``objective_psd`` is Thm 4.1's premise (no eigenvalue below −tol·max|λ|);
-            ``objective_psd_tangent`` the same for P ∇²_e L P (cosine objectives).
-        m_over_h: ‖M‖_F / ‖H_eff‖_F (± ``m_over_h_stderr``; exact for small problems).
+        frame: ``"tangent"`` (scale-invariant objectives: H = H_tan = G_tan + M, G = G_tan =
+            Jᵀ P ∇²_e L P J, objective = P ∇²_e L P) or ``"ambient"`` (H_eff = G + M, ∇²_e L).
+        lambda_min_H, lambda_max_H, num_negative_H: of the frame's H (R^{B·d}).
+        lambda_min_G, lambda_max_G, num_negative_G: of the frame's pullback metric G
+            (negatives relative to max(|λ(G)|, |λ(H)|)).
+        lambda_min_H_ambient, num_negative_H_ambient, lambda_min_G_ambient: the ambient H_eff and
+            G for reference, in the tangent frame with ``pullback`` (else None).
+        lambda_min_objective, lambda_max_objective, num_negative_objective: of the frame's
+            objective Hessian (R^{B·k}); ``objective_psd`` is Thm 4.1's premise (no eigenvalue
+            below −tol·max|λ|); ``objective_psd_ambient`` the ambient ∇²_e L's, for reference
+            (tangent frame only).
+        m_over_h: ‖M‖_F / ‖H‖_F of the frame's H (± ``m_over_h_stderr``); ``m_over_h_exact``
+            whether both norms were computed exactly.
         grad_norm: ‖∇_e L‖ at the state; ``gradient_vanishes`` when it is below ``grad_tol``
             (then M = 0 whatever the head: the theorem needs ∇_e L ≠ 0).
+        grad_norm_z, newton_length, gradient_relative, stationary: ‖∇_Z f‖_F, ‖∇_Z f‖/max|λ(H)|,
+            that over ‖Z‖_F, and whether it is ≤ ``stationary_tol``
+            (:class:`~geohead.geometry.equilibrium.Stationarity`): the state is an equilibrium.
+        equilibrium: ``"exact"`` (the measured state is stationary as given), ``"refined"``
+            (moved to a stationary collapsed state by ``refine``) or ``"none"`` (not an
+            equilibrium: negative curvature there is not a saddle).
+        refinement: what ``refine`` did (iterations, gradients, whether the refined state was
+            stationary and adopted, and why not), or None.
         head_curvature, pullback_curvature: the head's own contribution to negative curvature,
-            measured along the escape direction. With v the unit bottom Ritz vector of H_eff
-            (the direction gradient flow leaves the saddle along), the curvature there splits
-            exactly as λ_min(H_eff) = vᵀGv + vᵀMv: ``pullback_curvature`` = vᵀGv is what the
-            objective contributes (through the head's Jacobian), ``head_curvature`` = vᵀMv what
-            the head's own curvature contributes. Why this and not λ_min(H) − λ_min(G) or M's
-            Rayleigh quotients on G's bottom eigenvectors: at collapse G is rank-deficient, its
-            bottom eigenvectors are an arbitrary basis of a large null space, and M's quotients
-            on them say nothing about where H_eff actually bends down; λ_min(H) − λ_min(G)
-            compares minima attained along different directions (it is bounded by ‖M‖_2 but
-            can have either sign when G's own negative curvature dominates, as for Barlow
-            Twins). The split along v is exact, costs one product each, and is exactly 0 for a
-            head with M = 0.
-        head_share: head_curvature / λ_min(H_eff) when λ_min(H_eff) < −tol·max|λ| (else 0):
-            > 1 means G is positive along the escape direction and the head alone makes it
-            negative (Thm 4.1's mechanism); ≈ 0 means the objective's own indefiniteness does it.
-        head_negative_curvature: max(0, −head_curvature) / max|λ(H_eff)|: a dimensionless,
-            non-negative score of the head's escape curvature (what a search criterion should
-            use: it is 0 for linear/ReLU heads, whatever the objective).
-        lambda_min_shift: λ_min(H_eff) − λ_min(G) (Weyl: |·| ≤ ‖M‖_2), for comparison.
-        negative_directions: for each converged negative Ritz value of H_eff found (≤ k), the
+            measured along the escape direction. With v the unit bottom Ritz vector of H (the
+            frame's), the curvature there splits exactly as λ_min(H) = vᵀGv + vᵀMv:
+            ``pullback_curvature`` = vᵀGv is what the objective contributes (through the head's
+            Jacobian), ``head_curvature`` = vᵀMv what the head's own curvature contributes. (At
+            collapse G is rank-deficient and its bottom eigenvectors an arbitrary basis of a
+            large null space, so M's quotients on them say nothing; λ_min(H) − λ_min(G) compares
+            minima along different directions. The split along v is exact, costs one product
+            each, and is exactly 0 for a head with M = 0.)
+        head_share: head_curvature / λ_min(H) when λ_min(H) < −tol·max|λ| (else 0): > 1 means G
+            is positive along the escape direction and the head alone makes it negative (Thm
+            4.1's mechanism); ≈ 0 means the objective's own indefiniteness does it.
+        head_negative_curvature: max(0, −head_curvature) / max|λ(H)|: a dimensionless,
+            non-negative score of the head's escape curvature (0 for linear/ReLU heads without
+            LayerNorm, BatchNorm in eval mode, whatever the objective).
+        lambda_min_shift: λ_min(H) − λ_min(G) (Weyl: |·| ≤ ‖M‖_2), for comparison.
+        negative_directions: for each converged negative Ritz value of H found (≤ k), the
             triple (θ, vᵀGv, vᵀMv).
+        exact: every Lanczos run spanned the whole space and ``m_over_h`` (if computed) is exact.
     """
 
     objective: str
@@ -87,24 +102,34 @@ class EscapeCurvature:
     embed_dim: int
     bn_mode: str
     dtype: str
+    frame: str
     loss: float
     grad_norm: float
     gradient_vanishes: bool
+    grad_norm_z: float
+    newton_length: float
+    gradient_relative: float
+    stationary: bool
+    stationary_tol: float
+    equilibrium: str
+    refinement: dict[str, Any] | None
     lambda_min_H: float
     lambda_max_H: float
     num_negative_H: int
     lambda_min_G: float | None
     lambda_max_G: float | None
     num_negative_G: int | None
-    lambda_min_G_tangent: float | None
-    num_negative_G_tangent: int | None
+    lambda_min_H_ambient: float | None
+    num_negative_H_ambient: int | None
+    lambda_min_G_ambient: float | None
     lambda_min_objective: float | None
     lambda_max_objective: float | None
     num_negative_objective: int | None
     objective_psd: bool | None
-    objective_psd_tangent: bool | None
+    objective_psd_ambient: bool | None
     m_over_h: float | None
     m_over_h_stderr: float | None
+    m_over_h_exact: bool | None
     head_curvature: float
     pullback_curvature: float
     head_share: float
@@ -119,17 +144,23 @@ class EscapeCurvature:
 
     @property
     def premise_holds(self) -> bool | None:
-        """Thm 4.1's premises: ∇²_e L PSD (tangent version for cosine losses) and ∇_e L ≠ 0
-        (None when the objective's spectrum was not computed)."""
-        psd = self.objective_psd_tangent if self.objective_psd_tangent is not None else self.objective_psd
-        if psd is None:
+        """Thm 4.1's premises: the frame's objective Hessian PSD and ∇_e L ≠ 0 (None when the
+        objective's spectrum was not computed)."""
+        if self.objective_psd is None:
             return None
-        return bool(psd) and not self.gradient_vanishes
+        return bool(self.objective_psd) and not self.gradient_vanishes
+
+    @property
+    def saddle(self) -> bool:
+        """An equilibrium (``equilibrium != "none"``) with a negative eigenvalue of H: the only
+        states this module calls saddles."""
+        return self.equilibrium != "none" and self.num_negative_H > 0
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["negative_directions"] = [list(t) for t in self.negative_directions]
         d["premise_holds"] = self.premise_holds
+        d["saddle"] = self.saddle
         return d
 
 
@@ -139,6 +170,16 @@ def _lz(op, k: int, which: str, max_iter: int | None, tol: float | None, generat
     if max_iter is not None:
         max_iter = max(max_iter, min(2 * k, op.dim))
     return lanczos(op, k=k, which=which, max_iter=max_iter, tol=tol, generator=generator, return_vectors=vectors)
+
+
+def _frame(frame: str, eh: EffectiveHessian) -> str:
+    if frame not in FRAMES:
+        raise ValueError(f"unknown frame {frame!r}; use one of {list(FRAMES)}")
+    if frame == "auto":
+        return "tangent" if eh.cosine else "ambient"
+    if frame == "tangent" and not eh.cosine:
+        raise ValueError(f"frame='tangent' is for scale-invariant (cosine) objectives; {eh.objective_name!r} is not one")
+    return frame
 
 
 def escape_curvature(
@@ -158,10 +199,14 @@ def escape_curvature(
     max_iter: int | None = None,
     lanczos_tol: float | None = None,
     fro_probes: int | None = None,
+    exact_dim: int | None = None,
     dtype: torch.dtype | None = None,
     generator: torch.Generator | None = None,
     bn_mode: str = "eval",
     state: Any = None,
+    frame: str = "auto",
+    refine: int = 0,
+    stationary_tol: float | None = None,
     pullback: bool = True,
     objective_spectrum: bool = True,
     m_over_h: bool = True,
@@ -177,30 +222,43 @@ def escape_curvature(
         teacher: the head of the target branch (EMA teacher); default ``head``.
         batch_size, kind, rank, spread: the collapsed state (B, ``"complete"`` or
             ``"dimensional"``, the subspace rank, the perturbation std).
-        k: Ritz values per end (default: mode's; ``k ≥ dim/2`` gives the full spectra, and
-            ``exact=True`` in the result when that holds for every operator).
+        k: Ritz values per end (default: mode's; ``k ≥ dim/2`` gives the full spectra).
         tol: negativity threshold relative to max|λ| of each operator.
         grad_tol: ‖∇_e L‖ below this flags ``gradient_vanishes``.
-        mode: ``"accurate"`` (float64, converged Lanczos, 30 Frobenius probes) or ``"fast"``
-            (float32, ≤ 10 Lanczos steps per operator, 4 probes: for screening).
+        mode: ``"accurate"`` (float64, converged Lanczos, ‖M‖/‖H‖ exact up to B·d = 1024 else 30
+            probes) or ``"fast"`` (float32, ≤ 10 Lanczos steps per operator, 4 probes: screening).
+        exact_dim: ‖M‖/‖H‖ exactly up to this B·d (overrides the mode's).
         dtype: overrides the mode's dtype.
         generator: for the state and every random start/probe (seed 0 when None).
         bn_mode: ``"eval"`` (default) or ``"train"`` (couples samples; curves ReLU heads).
-        pullback, objective_spectrum, m_over_h: compute G's spectrum, ∇²_e L's spectrum (the
-            premise) and ‖M‖_F/‖H‖_F; switch off for screening (their fields are then None).
-            The head's curvature along the escape direction (``head_curvature``,
-            ``head_negative_curvature``, ``head_share``) is always computed: one M product
-            (and, without ``pullback``, vᵀGv = θ − vᵀMv from the Ritz pair).
+        frame: ``"auto"`` (sphere-tangent for scale-invariant objectives, ambient otherwise),
+            ``"ambient"`` or ``"tangent"``.
+        refine: when > 0 (complete collapse only), also look for a collapsed equilibrium: the
+            exact collapsed state (every row of each view at its mean) moved by at most this many
+            L-BFGS iterations (:func:`~geohead.geometry.equilibrium.refine_collapsed`). It is
+            measured instead of the given state when it is stationary and its curvature is not
+            identically 0 (``equilibrium="exact"`` or ``"refined"``); otherwise the given state
+            is measured and ``refinement`` says why.
+        stationary_tol: relative-gradient tolerance of "stationary" (1e-8 float64, 1e-4 float32).
+        pullback, objective_spectrum, m_over_h: compute G's spectrum (and the ambient
+            references), the objective Hessian's spectrum (the premise) and ‖M‖_F/‖H‖_F; switch
+            off for screening (their fields are then None). The head's curvature along the
+            escape direction is always computed: one M product (and, without ``pullback``,
+            vᵀGv = θ − vᵀMv from the Ritz pair).
 
     Cost: one Lanczos run (≤ max_iter products) per operator computed, 2 products per negative
-    Ritz direction, 2·fro_probes products for the ratio (or 2·B·d exactly when B·d ≤ probes).
+    Ritz direction, 2·fro_probes products for the ratio (2·B·d when exact); with ``refine`` up to
+    ~5·refine evaluations of f and one more Lanczos run on H.
 
     Returns: :class:`EscapeCurvature`.
     """
-    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes, dtype=dtype)
+    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes,
+                        exact_dim=exact_dim, dtype=dtype)
     k, max_iter, lanczos_tol, fro_probes, dtype = (cfg[n] for n in ("k", "max_iter", "lanczos_tol", "fro_probes", "dtype"))
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
+    if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
+        raise ValueError(f"refine must be a non-negative integer (L-BFGS iterations), got {refine!r}")
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     in_dim = getattr(head, "in_dim", None)
     if state is None:
@@ -208,31 +266,132 @@ def escape_curvature(
             raise ValueError("head has no integer in_dim; pass state=objective.collapsed_state(B, d, ...)")
         # drawn in float64 whatever the mode, so "fast" and "accurate" see the same state
         state = objective.collapsed_state(batch_size, in_dim, kind=kind, rank=rank, spread=spread, generator=g, dtype=torch.float64)
-    eh = EffectiveHessian(head, objective, state.z1, state.z2, predictor=predictor, teacher=teacher, bn_mode=bn_mode, dtype=dtype)
+    if refine and state.kind != "complete":
+        raise ValueError(f"refine looks for a complete-collapse equilibrium; the state is {state.kind!r}")
+    kw = dict(predictor=predictor, teacher=teacher, bn_mode=bn_mode, dtype=dtype)
+    eh = EffectiveHessian(head, objective, state.z1, state.z2, **kw)
+    frame = _frame(frame, eh)
+    tangent = frame == "tangent"
     for name, dim in (("H_eff", eh.dim), ("objective Hessian", eh.embed_dim)):
         if k > dim:
             raise ValueError(f"k={k} exceeds the dimension {dim} of the {name}; use k <= {dim}")
 
-    lh = _lz(eh.H, k, "both", max_iter, lanczos_tol, g, vectors=True)
-    scale_h = lh.scale
-    runs = [lh]
-    lg = le = lgt = let = None
-    if pullback:
-        lg = _lz(eh.G, k, "both", max_iter, lanczos_tol, g)
-        runs.append(lg)
-        if eh.cosine:
-            lgt = _lz(eh.G_tangent, k, "both", max_iter, lanczos_tol, g)
-            runs.append(lgt)
-    if objective_spectrum:
-        le = _lz(eh.objective_hessian, k, "both", max_iter, lanczos_tol, g)
-        runs.append(le)
-        if eh.cosine:
-            let = _lz(eh.objective_hessian_tangent, k, "both", max_iter, lanczos_tol, g)
-            runs.append(let)
+    def h_of(e: EffectiveHessian):
+        return e.H_tangent if tangent else e.H
 
-    # split the curvature along the bottom Ritz vectors of H_eff: θ = vᵀGv + vᵀMv. vᵀGv is a
-    # product of its own when the pullback is computed, else θ − vᵀMv (vᵀHv = θ for a Ritz pair)
+    lh = _lz(h_of(eh), k, "both", max_iter, lanczos_tol, g, vectors=True)
+    st = stationarity(eh.grad_z, lh.scale, eh.z, stationary_tol)
+    equilibrium = "exact" if st.stationary else "none"
+    refinement = None
+    spread_measured = state.spread
+    if refine and not st.stationary:
+        lh_r, st_r, refinement, eh_r = _refined(eh, head, objective, state, kw, refine, h_of, lh.scale,
+                                                (k, max_iter, lanczos_tol, g), stationary_tol)
+        if eh_r is not None:
+            eh, lh, st, spread_measured = eh_r, lh_r, st_r, 0.0
+            equilibrium = "exact" if refinement["iterations"] == 0 else "refined"
+    assert st is not None
+    scale_h = lh.scale
+    g_op = eh.G_tangent if tangent else eh.G
+    e_op = eh.objective_hessian_tangent if tangent else eh.objective_hessian
+    runs = [lh]
+    lg = le = lha = lga = lea = None
+    if pullback:
+        lg = _lz(g_op, k, "both", max_iter, lanczos_tol, g)
+        runs.append(lg)
+        if tangent:  # the ambient operators, for reference (not part of ``exact``/``converged``)
+            lha = _lz(eh.H, k, "both", max_iter, lanczos_tol, g)
+            lga = _lz(eh.G, k, "both", max_iter, lanczos_tol, g)
+    if objective_spectrum:
+        le = _lz(e_op, k, "both", max_iter, lanczos_tol, g)
+        runs.append(le)
+        if tangent:
+            lea = _lz(eh.objective_hessian, k, "both", max_iter, lanczos_tol, g)
+
+    head_curv, pull_curv, directions = _split(eh, lh, g_op, pullback, tol)
+    lam_min_h = lh.lambda_min
+    negative = lam_min_h < -tol * scale_h
+    share = head_curv / lam_min_h if negative and lam_min_h != 0 else 0.0
+    head_neg = max(0.0, -head_curv) / scale_h if scale_h > 0 else 0.0
+
+    ratio = m_over_h_ratio(eh, num_probes=fro_probes, generator=g, exact_dim=cfg["exact_dim"], tangent=tangent) if m_over_h else None
+    spec = getattr(head, "spec", None)
+    n_matvec = sum(op.n_matvec for op in (eh.H, eh.G, eh.M, eh.G_tangent, eh.H_tangent, eh.objective_hessian,
+                                          eh.objective_hessian_tangent))
+    num_neg_e = count_negative(le, tol) if le is not None else None
+    return EscapeCurvature(
+        objective=eh.objective_name,
+        head=spec.to_dict() if hasattr(spec, "to_dict") else None,
+        kind=state.kind, rank=state.rank, spread=spread_measured,
+        batch_size=eh.batch_size, dim=eh.dim, embed_dim=eh.embed_dim, bn_mode=bn_mode,
+        dtype=str(dtype).replace("torch.", ""),
+        frame=frame,
+        loss=eh.loss,
+        grad_norm=eh.grad_norm,
+        gradient_vanishes=eh.grad_norm <= grad_tol,
+        grad_norm_z=st.grad_norm_z, newton_length=st.newton_length, gradient_relative=st.gradient_relative,
+        stationary=st.stationary, stationary_tol=st.tol, equilibrium=equilibrium, refinement=refinement,
+        lambda_min_H=lam_min_h,
+        lambda_max_H=lh.lambda_max,
+        num_negative_H=count_negative(lh, tol),
+        lambda_min_G=lg.lambda_min if lg is not None else None,
+        lambda_max_G=lg.lambda_max if lg is not None else None,
+        num_negative_G=count_negative(lg, tol, max(lg.scale, scale_h)) if lg is not None else None,
+        lambda_min_H_ambient=lha.lambda_min if lha is not None else None,
+        num_negative_H_ambient=count_negative(lha, tol) if lha is not None else None,
+        lambda_min_G_ambient=lga.lambda_min if lga is not None else None,
+        lambda_min_objective=le.lambda_min if le is not None else None,
+        lambda_max_objective=le.lambda_max if le is not None else None,
+        num_negative_objective=num_neg_e,
+        objective_psd=(num_neg_e == 0) if num_neg_e is not None else None,
+        objective_psd_ambient=(count_negative(lea, tol) == 0) if lea is not None else None,
+        m_over_h=ratio.value if ratio is not None else None,
+        m_over_h_stderr=ratio.stderr if ratio is not None else None,
+        m_over_h_exact=ratio.exact if ratio is not None else None,
+        head_curvature=head_curv,
+        pullback_curvature=pull_curv,
+        head_share=share,
+        head_negative_curvature=head_neg,
+        lambda_min_shift=lam_min_h - lg.lambda_min if lg is not None else None,
+        negative_directions=directions,
+        tol=tol,
+        k=k,
+        exact=all(r.exact for r in runs) and (ratio is None or ratio.exact),
+        converged=all(r.converged for r in runs),
+        n_matvec=n_matvec,
+    )
+
+
+def _refined(eh, head, objective, state, kw, refine, h_of, scale_given, lz_args, stationary_tol):
+    """The exact collapsed state of ``state`` moved to an equilibrium by L-BFGS: (its H run, its
+    stationarity, the refinement record, its EffectiveHessian or None when it is not adopted).
+    It is not adopted when it is not stationary, or when its curvature scale is below 1e-8 of the
+    given state's (a degenerate equilibrium: H ≈ 0 there, e.g. Barlow Twins with a target branch
+    at exact collapse, whose standardised values are 0)."""
+    k, max_iter, lanczos_tol, g = lz_args
+    z1 = eh.z.mean(0).expand_as(eh.z).clone()
+    z2 = state.z2.detach().to(eh.z).mean(0).expand_as(eh.z).clone()
+    exact_state = EffectiveHessian(head, objective, z1, z2, **kw)
+    r = refine_collapsed(exact_state.composite, z1, max_iter=refine)
+    eh_ref = EffectiveHessian(head, objective, r.z, target=exact_state.target, **kw)
+    lh = _lz(h_of(eh_ref), k, "both", max_iter, lanczos_tol, g, vectors=True)
+    st = stationarity(eh_ref.grad_z, lh.scale, eh_ref.z, stationary_tol)
+    degenerate = lh.scale <= 1e-8 * scale_given
+    record = {**r.to_dict(), "gradient_relative": st.gradient_relative, "stationary": st.stationary,
+              "curvature_scale": lh.scale, "adopted": st.stationary and not degenerate}
+    if degenerate:  # (its relative gradient is then rounding over ~0 and says nothing)
+        record["why_not"] = "the exact collapsed state is degenerate: H ≈ 0 there (scale ≤ 1e-8 of the given state's)"
+    elif not st.stationary:
+        record["why_not"] = f"no stationary collapsed state within {refine} L-BFGS iterations"
+    return lh, st, record, (eh_ref if record["adopted"] else None)
+
+
+def _split(eh: EffectiveHessian, lh: LanczosResult, g_op, pullback: bool, tol: float):
+    """θ = vᵀGv + vᵀMv along the bottom Ritz vectors v of H: (vᵀMv, vᵀGv) of the bottom one and
+    (θ, vᵀGv, vᵀMv) of each converged negative one. vᵀGv is a product of its own with
+    ``pullback``, else θ − vᵀMv (vᵀHv = θ for a Ritz pair)."""
     assert lh.eigenvectors is not None
+    scale_h = lh.scale
     order = torch.argsort(lh.eigenvalues)
     directions: list[tuple[float, float, float]] = []
     head_curv = pull_curv = float("nan")
@@ -244,198 +403,14 @@ def escape_curvature(
         v = lh.eigenvectors[:, idx]
         v = v / v.norm()
         qm = float(torch.dot(v, eh.M(v)))
-        qg = float(torch.dot(v, eh.G(v))) if pullback else float(torch.dot(v, eh.H(v))) - qm
+        qg = float(torch.dot(v, g_op(v))) if pullback else theta - qm
         if j == 0:
             head_curv, pull_curv = qm, qg
         if negative_converged:
             directions.append((theta, qg, qm))
         if not pullback:
             break  # fast path: the escape direction only
-    lam_min_h = lh.lambda_min
-    negative = lam_min_h < -tol * scale_h
-    share = head_curv / lam_min_h if negative and lam_min_h != 0 else 0.0
-    head_neg = max(0.0, -head_curv) / scale_h if scale_h > 0 else 0.0
-
-    ratio = ratio_se = None
-    if m_over_h:
-        ratio, ratio_se = m_over_h_ratio(eh, num_probes=fro_probes, generator=g)
-    spec = getattr(head, "spec", None)
-    n_matvec = sum(op.n_matvec for op in (eh.H, eh.G, eh.M, eh.G_tangent, eh.objective_hessian, eh.objective_hessian_tangent))
-    num_neg_e = count_negative(le, tol) if le is not None else None
-    return EscapeCurvature(
-        objective=eh.objective_name,
-        head=spec.to_dict() if hasattr(spec, "to_dict") else None,
-        kind=state.kind,
-        rank=state.rank,
-        spread=state.spread,
-        batch_size=eh.batch_size,
-        dim=eh.dim,
-        embed_dim=eh.embed_dim,
-        bn_mode=bn_mode,
-        dtype=str(dtype).replace("torch.", ""),
-        loss=eh.loss,
-        grad_norm=eh.grad_norm,
-        gradient_vanishes=eh.grad_norm <= grad_tol,
-        lambda_min_H=lam_min_h,
-        lambda_max_H=lh.lambda_max,
-        num_negative_H=count_negative(lh, tol),
-        lambda_min_G=lg.lambda_min if lg is not None else None,
-        lambda_max_G=lg.lambda_max if lg is not None else None,
-        num_negative_G=count_negative(lg, tol, max(lg.scale, scale_h)) if lg is not None else None,
-        lambda_min_G_tangent=lgt.lambda_min if lgt is not None else None,
-        num_negative_G_tangent=count_negative(lgt, tol, max(lgt.scale, scale_h)) if lgt is not None else None,
-        lambda_min_objective=le.lambda_min if le is not None else None,
-        lambda_max_objective=le.lambda_max if le is not None else None,
-        num_negative_objective=num_neg_e,
-        objective_psd=(num_neg_e == 0) if num_neg_e is not None else None,
-        objective_psd_tangent=(count_negative(let, tol) == 0) if let is not None else None,
-        m_over_h=ratio,
-        m_over_h_stderr=ratio_se,
-        head_curvature=head_curv,
-        pullback_curvature=pull_curv,
-        head_share=share,
-        head_negative_curvature=head_neg,
-        lambda_min_shift=lam_min_h - lg.lambda_min if lg is not None else None,
-        negative_directions=directions,
-        tol=tol,
-        k=k,
-        exact=all(r.exact for r in runs),
-        converged=all(r.converged for r in runs),
-        n_matvec=n_matvec,
-    )
+    return head_curv, pull_curv, directions
 
 
-# ---------------------------------------------------------------------- monitors
-def _embeddings(emb: Tensor, name: str) -> Tensor:
-    if not isinstance(emb, Tensor) or emb.dim() != 2:
-        raise ValueError(f"{name} expects embeddings of shape (N, k), got {tuple(getattr(emb, 'shape', ()))}")
-    if emb.shape[0] < 2:
-        raise ValueError(f"{name} needs at least 2 embeddings, got {emb.shape[0]}")
-    x = emb.detach().to(torch.float64)
-    if not torch.isfinite(x).all():
-        raise NonFiniteError(f"{name} got non-finite embeddings (NaN or inf)")
-    return x
-
-
-def rankme(emb: Tensor, eps: float = 1e-7) -> float:
-    """RankMe (Garrido et al. 2023, Eq. 1): exp(−Σ_k p_k log p_k), p_k = σ_k/‖σ‖₁ + ε, with σ the
-    singular values of the (uncentred) embedding matrix (N, k). Between 1 and min(N, k)."""
-    x = _embeddings(emb, "rankme")
-    s = torch.linalg.svdvals(x)
-    if float(s.sum()) == 0:
-        return 1.0
-    p = s / s.sum() + eps
-    return float(torch.exp(-(p * torch.log(p)).sum()))
-
-
-def alpha_req(emb: Tensor, rtol: float = 1e-6) -> float:
-    """α-ReQ (Agrawal et al. 2022): the exponent α of a power-law fit λ_i ∝ i^{−α} to the
-    eigenvalues of the embedding covariance, by least squares of log λ_i on log i over the
-    eigenvalues above ``rtol``·λ_max. Small α: a flat (high-rank, possibly noisy) spectrum;
-    large α: a few dominant directions (collapse). ~1 is reported as a sweet spot."""
-    x = _embeddings(emb, "alpha_req")
-    xc = x - x.mean(0)
-    lam = torch.linalg.eigvalsh(xc.T @ xc / (x.shape[0] - 1)).flip(0)
-    if float(lam[0]) <= 0:
-        return float("inf")
-    lam = lam[lam > rtol * lam[0]]
-    if lam.numel() < 2:
-        return float("inf")
-    i = torch.arange(1, lam.numel() + 1, dtype=torch.float64)
-    lx, ly = torch.log(i), torch.log(lam)
-    lx_c = lx - lx.mean()
-    slope = float((lx_c * (ly - ly.mean())).sum() / (lx_c**2).sum())
-    return -slope
-
-
-def normalized_std(emb: Tensor) -> float:
-    """Mean over dimensions of the batch std of L2-normalised embeddings (SimSiam, Chen & He
-    2021, Sec. 4.1): ≈ 1/√k for embeddings spread isotropically over the sphere, → 0 at
-    complete collapse."""
-    x = _embeddings(emb, "normalized_std")
-    return float(F.normalize(x, dim=1).std(0).mean())
-
-
-@dataclasses.dataclass
-class WithinRankCondition:
-    """Condition number of the embedding covariance on its numerical range.
-
-    Attributes:
-        condition: λ_max / λ_r with r the numerical rank (1 for perfectly white embeddings).
-        rank: r, the number of covariance eigenvalues above the tolerance.
-        dim: k, the embedding width; ``rank < dim`` means dimensional collapse.
-        tol: the relative eigenvalue tolerance used.
-        eigenvalues: the r in-range eigenvalues, descending.
-    """
-
-    condition: float
-    rank: int
-    dim: int
-    tol: float
-    eigenvalues: list[float]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def within_rank_condition(emb: Tensor, rtol: float | None = None, normalize: bool = False) -> WithinRankCondition:
-    """Condition number of cov(E) restricted to its numerical range, and that range's rank.
-
-    The paper's tracker divides λ_max by λ_min clamped at 1e-7, which for a rank-deficient
-    covariance is just λ_max·1e7; here eigenvalues below ``rtol``·λ_max count as zero and the
-    condition number is taken over the rest. The default ``rtol`` is the numerical-rank
-    tolerance of the centred data's singular values, squared: (max(N, k)·ε)² with ε the machine
-    epsilon of ``emb``'s dtype (so float32 embeddings are not credited with float64 precision).
-
-    Args:
-        emb: (N, k) embeddings.
-        rtol: relative eigenvalue tolerance (overrides the default).
-        normalize: L2-normalise rows first (the paper's tracker does).
-    """
-    eps = torch.finfo(emb.dtype).eps if isinstance(emb, Tensor) and emb.is_floating_point() else torch.finfo(torch.float64).eps
-    x = _embeddings(emb, "within_rank_condition")
-    if normalize:
-        x = F.normalize(x, dim=1)
-    n, kdim = x.shape
-    xc = (x - x.mean(0)) / math.sqrt(n - 1)
-    lam = torch.linalg.svdvals(xc) ** 2
-    if rtol is None:
-        rtol = (max(n, kdim) * eps) ** 2
-    lam_r = lam[lam > rtol * lam[0]] if float(lam[0]) > 0 else lam[:0]
-    r = int(lam_r.numel())
-    cond = float(lam_r[0] / lam_r[-1]) if r else float("nan")
-    return WithinRankCondition(condition=cond, rank=r, dim=kdim, tol=float(rtol), eigenvalues=lam_r.tolist())
-
-
-@dataclasses.dataclass
-class CollapseMonitors:
-    """All four monitors of one embedding batch (for logging every N steps)."""
-
-    rankme: float
-    alpha_req: float
-    normalized_std: float
-    healthy_std: float
-    condition: float
-    rank: int
-    dim: int
-    n: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def collapse_monitors(emb: Tensor) -> CollapseMonitors:
-    """RankMe, α-ReQ, std of L2-normalised embeddings (with the healthy 1/√k), and the
-    within-rank covariance condition number with its rank, for one batch (N, k)."""
-    x = _embeddings(emb, "collapse_monitors")
-    wr = within_rank_condition(x)
-    return CollapseMonitors(
-        rankme=rankme(x), alpha_req=alpha_req(x), normalized_std=normalized_std(x),
-        healthy_std=1.0 / math.sqrt(x.shape[1]), condition=wr.condition, rank=wr.rank, dim=x.shape[1], n=x.shape[0],
-    )
-
-
-__all__ = [
-    "CollapseMonitors", "EscapeCurvature", "WithinRankCondition", "alpha_req", "collapse_monitors",
-    "escape_curvature", "normalized_std", "rankme", "within_rank_condition",
-]
+__all__ = ["EscapeCurvature", "FRAMES", "escape_curvature"]

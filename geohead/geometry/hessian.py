@@ -13,11 +13,18 @@ paper's decomposition of the effective Hessian is
     H_eff = ∇²_Z f = Jᵀ (∇²_e L) J  +  Σ_i [∇_e L]_i ∇²_Z e_i  =  G + M,
 
 G the pullback metric (Gauss–Newton part), M the interaction term (the head's curvature weighted
-by the objective's gradient). For cosine-type losses, whose ∇²_e L is indefinite along each
-embedding's own direction, G_tan = Jᵀ P (∇²_e L) P J with P = blockdiag(I − ê_b ê_bᵀ) is given
-beside G.
+by the objective's gradient). For cosine-type (scale-invariant) losses, whose ∇²_e L is indefinite
+along each embedding's own direction, the sphere-tangent frame is given beside the ambient one:
 
-:class:`EffectiveHessian` exposes H_eff, G, M, G_tan and ∇²_e L (and its tangent version) as
+    G_tan = Jᵀ P (∇²_e L) P J,      H_tan = G_tan + M,      P = blockdiag_b(I − ê_b ê_bᵀ).
+
+For a loss of degree 0 in each row e_b, ∇²_e L = P ∇²_e L P + C with
+C = −blockdiag_b (g_b ê_bᵀ + ê_b g_bᵀ)/‖e_b‖ (g = ∇_e L, which is tangent), so
+H_eff = H_tan + Jᵀ C J: the ambient operator adds a rank-2 block of eigenvalues ±‖g_b‖/‖e_b‖ per
+sample (one negative per sample where g_b ≠ 0), the curvature of the normalisation e ↦ e/‖e‖
+weighted by the gradient, which vanishes at an equilibrium (docs/theory.md, "The effective Hessian").
+
+:class:`EffectiveHessian` exposes H_eff, G, M, G_tan, H_tan and ∇²_e L (and its tangent version) as
 :class:`~geohead.geometry.operators.Operator` objects on flattened vectors (R^{B·d}, or R^{B·k}
 for the objective's own Hessian), all from one forward graph:
 
@@ -87,7 +94,8 @@ class EffectiveHessian:
         needs them (the first ``H`` product costs about two later ones).
 
     Operators (all symmetric; ``op(v)`` takes a flat vector, ``op.dense()`` builds the matrix):
-        ``H`` (H_eff), ``G``, ``M``, ``G_tangent`` (on R^{B·d}); ``objective_hessian`` (∇²_e L)
+        ``H`` (H_eff), ``G``, ``M``, ``G_tangent``, ``H_tangent`` (= G_tangent + M) (on R^{B·d});
+        ``objective_hessian`` (∇²_e L)
         and ``objective_hessian_tangent`` (P ∇²_e L P) on R^{B·k}.
         ``jvp(v)`` = J v (B·d → B·k) and ``vjp(u)`` = Jᵀ u are available for custom products.
     """
@@ -189,6 +197,7 @@ class EffectiveHessian:
         self.G = Operator(self.gvp, self.dim, dtype=dtype, device=self.device, name="G")
         self.M = Operator(self.mvp, self.dim, dtype=dtype, device=self.device, name="M")
         self.G_tangent = Operator(self.gvp_tangent, self.dim, dtype=dtype, device=self.device, name="G_tangent")
+        self.H_tangent = Operator(self.hvp_tangent, self.dim, dtype=dtype, device=self.device, name="H_tangent")
         self.objective_hessian = Operator(self.objective_hvp, self.embed_dim, dtype=dtype, device=self.device, name="hess_e L")
         self.objective_hessian_tangent = Operator(
             self.objective_hvp_tangent, self.embed_dim, dtype=dtype, device=self.device, name="P hess_e L P"
@@ -216,6 +225,12 @@ class EffectiveHessian:
     def grad_norm(self) -> float:
         """‖∇_e L‖ (Frobenius over the batch): M vanishes when it does (Thm 4.1 needs it ≠ 0)."""
         return float(self.grad_e.norm())
+
+    def composite(self, z: Tensor) -> Tensor:
+        """f(Z') = L(branch(h(Z')), b) at other representations Z' (B, d) with the same fixed
+        target b: a scalar with a graph to Z' (what :func:`~geohead.geometry.equilibrium.refine_collapsed`
+        moves)."""
+        return self.objective.loss(self._branch(z.to(device=self.device, dtype=self.dtype)), self.target)
 
     def _as_z(self, v: Tensor) -> Tensor:
         v = v.to(device=self.device, dtype=self.dtype)
@@ -286,10 +301,16 @@ class EffectiveHessian:
         """G_tan v = Jᵀ P (∇²_e L) P J v (meaningful for cosine-type objectives)."""
         return self.vjp(self.objective_hvp_tangent(self.jvp(v)))
 
+    def hvp_tangent(self, v: Tensor) -> Tensor:
+        """H_tan v = G_tan v + M v: H_eff with the objective's Hessian taken on the sphere (the
+        frame of scale-invariant losses; H_eff − H_tan = Jᵀ C J, see the module docstring)."""
+        return self.gvp_tangent(v) + self.mvp(v)
+
     def operator(self, name: str) -> Operator:
-        """One of ``"H"``, ``"G"``, ``"M"``, ``"G_tangent"``, ``"objective"``, ``"objective_tangent"``."""
+        """One of ``"H"``, ``"G"``, ``"M"``, ``"G_tangent"``, ``"H_tangent"``, ``"objective"``,
+        ``"objective_tangent"``."""
         table = {
-            "H": self.H, "G": self.G, "M": self.M, "G_tangent": self.G_tangent,
+            "H": self.H, "G": self.G, "M": self.M, "G_tangent": self.G_tangent, "H_tangent": self.H_tangent,
             "objective": self.objective_hessian, "objective_tangent": self.objective_hessian_tangent,
         }
         if name not in table:

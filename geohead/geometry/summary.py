@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -24,11 +24,13 @@ from geohead.geometry.trace import frobenius_norm
 Mode = Literal["accurate", "fast"]
 
 #: Settings of the two cost modes of :func:`spectrum_summary` and ``escape_curvature``.
-#: "accurate": float64 diagnostics, Ritz residuals to 1e-8·max|λ|. "fast": a fixed small Krylov
-#: budget for screening many heads (λ_max converges in a few steps, λ_min only roughly).
+#: "accurate": float64 diagnostics, Ritz residuals to 1e-8·max|λ|, ‖M‖/‖H‖ exact up to B·d = 1024
+#: (2·B·d products). "fast": a fixed small Krylov budget for screening many heads (λ_max converges
+#: in a few steps, λ_min only roughly) and a 4-probe ‖M‖/‖H‖.
 MODES: dict[str, dict[str, Any]] = {
-    "accurate": {"k": 6, "max_iter": None, "lanczos_tol": None, "fro_probes": 30, "dtype": torch.float64},
-    "fast": {"k": 2, "max_iter": 10, "lanczos_tol": 1e-3, "fro_probes": 4, "dtype": torch.float32},
+    "accurate": {"k": 6, "max_iter": None, "lanczos_tol": None, "fro_probes": 30, "exact_dim": 1024,
+                 "dtype": torch.float64},
+    "fast": {"k": 2, "max_iter": 10, "lanczos_tol": 1e-3, "fro_probes": 4, "exact_dim": 0, "dtype": torch.float32},
 }
 
 
@@ -56,8 +58,11 @@ class SpectrumSummary:
             space as one eigenvalue, so the bottom end after it is the range's bottom end);
             for an indefinite operator the ratio over the converged extremes (a lower bound).
         m_over_h: ‖M‖_F/‖H_eff‖_F (only when an :class:`EffectiveHessian` was summarised),
-            ``m_over_h_stderr`` its propagated standard error (0 when computed exactly).
-        n_matvec, iterations, converged, exact: cost and status of the Lanczos run.
+            ``m_over_h_stderr`` its propagated standard error (0 when computed exactly),
+            ``m_over_h_exact`` whether it was.
+        n_matvec, iterations, converged: cost and status of the Lanczos run.
+        exact: the Lanczos run spanned the whole space (every eigenvalue, multiplicities
+            included) *and* ‖M‖/‖H‖, if computed, is exact: every number is exact.
     """
 
     name: str
@@ -78,6 +83,7 @@ class SpectrumSummary:
     eigenvalues: list[float]
     m_over_h: float | None = None
     m_over_h_stderr: float | None = None
+    m_over_h_exact: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,22 +111,43 @@ def count_negative(lz: LanczosResult, tol: float, scale: float | None = None) ->
     return int((lz.ritz_values < -tol * scale).sum())
 
 
-def m_over_h_ratio(
-    eh: EffectiveHessian, *, num_probes: int = 30, generator: torch.Generator | None = None, exact: bool | None = None
-) -> tuple[float, float]:
-    """‖M‖_F / ‖H_eff‖_F with shared probes (exact when dim ≤ num_probes or ``exact=True``).
+class Ratio(NamedTuple):
+    """‖M‖_F / ‖H‖_F: ``value`` ± ``stderr``; ``exact`` when both norms were computed exactly
+    (then ``stderr`` is 0)."""
 
-    Returns (ratio, stderr); the stderr combines the two relative standard errors. M is computed
-    directly, so the ratio is exactly 0 where the head has no curvature.
+    value: float
+    stderr: float
+    exact: bool
+
+
+def m_over_h_ratio(
+    eh: EffectiveHessian,
+    *,
+    num_probes: int = 30,
+    generator: torch.Generator | None = None,
+    exact: bool | None = None,
+    exact_dim: int = 0,
+    tangent: bool = False,
+) -> Ratio:
+    """‖M‖_F / ‖H‖_F with H = H_eff (or H_tan = G_tan + M with ``tangent``, the frame of
+    scale-invariant objectives).
+
+    Exact (‖A‖_F² = Σ_i ‖A e_i‖², B·d products per operator, stderr 0) when ``exact=True``, or
+    by default when B·d ≤ max(``exact_dim``, ``num_probes``); otherwise Hutch++ with
+    ``num_probes`` shared probes, and the standard error combines the two relative standard
+    errors. M is computed directly, so the ratio is exactly 0 where the head has no curvature.
     """
+    if exact is None:
+        exact = eh.dim <= max(exact_dim, num_probes)
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator)) if generator is not None else 0
+    h_op = eh.H_tangent if tangent else eh.H
     m = frobenius_norm(eh.M, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
-    h = frobenius_norm(eh.H, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
+    h = frobenius_norm(h_op, num_probes=num_probes, exact=exact, generator=torch.Generator().manual_seed(seed))
     if h.value == 0:
-        return (0.0 if m.value == 0 else float("inf")), 0.0
+        return Ratio(0.0 if m.value == 0 else float("inf"), 0.0, bool(exact))
     ratio = m.value / h.value
     rel = math.hypot(m.stderr / m.value if m.value else 0.0, h.stderr / h.value)
-    return ratio, ratio * rel
+    return Ratio(ratio, ratio * rel, bool(exact))
 
 
 def spectrum_summary(
@@ -133,6 +160,7 @@ def spectrum_summary(
     max_iter: int | None = None,
     lanczos_tol: float | None = None,
     fro_probes: int | None = None,
+    exact_dim: int | None = None,
     generator: torch.Generator | None = None,
 ) -> SpectrumSummary:
     """λ_min, λ_max, negatives, within-rank condition number (and ‖M‖_F/‖H‖_F) of an operator.
@@ -146,9 +174,11 @@ def spectrum_summary(
         mode: ``"accurate"`` (converge to ``lanczos_tol``, default 1e-8 relative in float64) or
             ``"fast"`` (at most 10 Lanczos steps, 4 Frobenius probes: a screening budget; the
             operator's dtype is whatever the EffectiveHessian was built with).
-        max_iter, lanczos_tol, fro_probes: override the mode's settings.
+        max_iter, lanczos_tol, fro_probes, exact_dim: override the mode's settings (‖M‖/‖H‖ is
+            exact when B·d ≤ max(exact_dim, fro_probes)).
     """
-    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes)
+    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes,
+                        exact_dim=exact_dim)
     k, max_iter, lanczos_tol, fro_probes = cfg["k"], cfg["max_iter"], cfg["lanczos_tol"], cfg["fro_probes"]
     eh = op if isinstance(op, EffectiveHessian) else None
     A = eh.H if eh is not None else as_operator(op, dim)
@@ -157,9 +187,9 @@ def spectrum_summary(
     if max_iter is not None:
         max_iter = max(max_iter, min(2 * k, A.dim))
     lz = lanczos(A, k=k, which="both", max_iter=max_iter, tol=lanczos_tol, generator=generator)
-    ratio = se = None
+    ratio = None
     if eh is not None:
-        ratio, se = m_over_h_ratio(eh, num_probes=fro_probes, generator=generator)
+        ratio = m_over_h_ratio(eh, num_probes=fro_probes, generator=generator, exact_dim=cfg["exact_dim"])
     return SpectrumSummary(
         name=A.name,
         dim=A.dim,
@@ -174,14 +204,15 @@ def spectrum_summary(
         iterations=lz.iterations,
         n_matvec=A.n_matvec - start,
         converged=lz.converged,
-        exact=lz.exact,
+        exact=lz.exact and (ratio is None or ratio.exact),
         dtype=str(A.dtype).replace("torch.", ""),
         eigenvalues=lz.eigenvalues.tolist(),
-        m_over_h=ratio,
-        m_over_h_stderr=se,
+        m_over_h=ratio.value if ratio is not None else None,
+        m_over_h_stderr=ratio.stderr if ratio is not None else None,
+        m_over_h_exact=ratio.exact if ratio is not None else None,
     )
 
 
 __all__ = [
-    "MODES", "Mode", "SpectrumSummary", "count_negative", "m_over_h_ratio", "mode_settings", "spectrum_summary",
+    "MODES", "Mode", "Ratio", "SpectrumSummary", "count_negative", "m_over_h_ratio", "mode_settings", "spectrum_summary",
 ]

@@ -76,8 +76,18 @@ class HeadSpec:
 
     @property
     def smooth(self) -> bool:
-        """True when the activation has non-zero curvature (so the head can have ``M ≠ 0``)."""
+        """True when the activation has non-zero curvature (a hidden layer with SiLU, GELU, …)."""
         return self.depth > 1 and self.activation not in PIECEWISE_LINEAR
+
+    @property
+    def curved(self) -> bool:
+        """True when the head itself can have curvature, so ``M ≠ 0`` is possible: a smooth
+        activation, a LayerNorm (it divides by the feature standard deviation, so even a linear
+        or ReLU head with one is curved) or DINO's L2-normalised bottleneck. False means a
+        linear/ReLU head without LayerNorm: ``M = 0`` with BatchNorm in eval mode (batch
+        statistics in train mode curve every head; docs/theory.md, "The effective Hessian")."""
+        layer_norm = (self.depth > 1 and self.norm == "layer") or self.last_norm == "layer"
+        return self.smooth or layer_norm or self.prototypes is not None
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
