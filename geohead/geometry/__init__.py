@@ -20,6 +20,8 @@ Submodules (import what you need; all depend on torch only), one concept each:
 * :mod:`~geohead.geometry.orbits` — :func:`build_orbits`, per-space orbit geometry, compression.
 * :mod:`~geohead.geometry.tangents` — :func:`tangent_invariance` (Jacobian gain and Fisher rank on
   augmentation tangents).
+* :mod:`~geohead.geometry.span` — :func:`local_invariance` (tangent gain over between-image gain
+  within the backbone's effective span; soft effective rank of the tangent Fisher).
 * :mod:`~geohead.geometry.invariance` — :func:`orbit_invariance`, the report composing the two.
 * :mod:`~geohead.geometry.linear` — :func:`linear_head_geometry` (Thm 3.1's implicit whitening).
 """
@@ -37,15 +39,18 @@ from geohead.geometry.monitors import (
 )
 from geohead.geometry.operators import Operator
 from geohead.geometry.orbits import build_orbits
+from geohead.geometry.span import (
+    LocalInvariance, between_image_directions, effective_rank, effective_span, local_invariance,
+)
 from geohead.geometry.summary import SpectrumSummary, spectrum_summary
 from geohead.geometry.tangents import TangentInvariance, tangent_invariance
 from geohead.geometry.trace import frobenius_norm, hutchinson_trace
 
 __all__ = [
-    "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry",
-    "Operator", "RefinedState", "SpectrumSummary", "Stationarity", "TangentInvariance", "build_orbits", "induced_metric", "linear_head_geometry",
-    "orbit_invariance", "WithinRankCondition", "alpha_req", "collapse_monitors", "escape_curvature",
-    "frobenius_norm", "hutchinson_trace", "lanczos", "normalized_std", "rankme", "refine_collapsed", "slq_density",
-    "spectrum_summary", "stationarity",
-    "tangent_invariance", "within_rank_condition",
+    "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry", "LocalInvariance",
+    "Operator", "RefinedState", "SpectrumSummary", "Stationarity", "TangentInvariance", "WithinRankCondition",
+    "alpha_req", "between_image_directions", "build_orbits", "collapse_monitors", "effective_rank", "effective_span",
+    "escape_curvature", "frobenius_norm", "hutchinson_trace", "induced_metric", "lanczos", "linear_head_geometry",
+    "local_invariance", "normalized_std", "orbit_invariance", "rankme", "refine_collapsed", "slq_density",
+    "spectrum_summary", "stationarity", "tangent_invariance", "within_rank_condition",
 ]

@@ -9,7 +9,8 @@ head at init (BatchNorm calibrated the same way, whitening applied when the spec
   1e-2 of the real per-dimension std: ``screen_escape_lambda_min`` (λ_min of H_eff there),
   ``screen_escape_negative`` (negative Ritz values found), ``screen_head_escape`` (the head's own
   share of the negative curvature along the escape direction, ``head_negative_curvature``: 0 for
-  linear/ReLU heads) and ``screen_m_over_h`` (‖M‖_F/‖H_eff‖_F);
+  linear/ReLU heads without LayerNorm) and ``screen_m_over_h`` (‖M‖_F/‖H_eff‖_F); for
+  scale-invariant (cosine) objectives all of these in the sphere-tangent frame (H_tan = G_tan + M);
 * conditioning of H_eff at the real features (:func:`heff_conditioning` on the first
   :data:`H_EFF_BATCH` samples of the batch): ``screen_heff_stable_rank`` (‖H‖_F²/max|λ|²) and
   ``screen_heff_isotropy`` (its log over log(B·d)), ``screen_heff_lambda_min/max`` and
@@ -26,7 +27,10 @@ Trained criteria (:func:`trained_criteria`), on frozen features of held-out imag
 backbone RankMe (``rankme_backbone``, and divided by d), std of normalised backbone/head
 features relative to the healthy 1/√width, within-rank condition number of the backbone
 features, orbit compression through the head (width- and scale-invariant ``relative`` formula,
-geometric mean over the families) with tangent invariance and Fisher-rank loss, H_eff at the
+geometric mean over the families) with tangent invariance and Fisher-rank loss (recorded beside
+them, not scored: ``local_invariance``, the tangent gain over the between-image gain within the
+backbone's effective span, and ``fisher_effective_rank`` / ``fisher_soft_rank_loss``, the soft
+Fisher rank; :mod:`geohead.geometry.span`), H_eff at the
 trained features of two views (stable rank and isotropy, λ_min, λ_max, within-rank condition
 number), and, where the data has labels, kNN accuracy of backbone and head features (the ground
 truth, never in the default score).
@@ -312,6 +316,7 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
     from geohead.data import ORBIT_FAMILIES
     from geohead.features import image_encoder
     from geohead.geometry.orbits import Orbits, build_orbits, compression, space_geometry
+    from geohead.geometry.span import between_image_directions, effective_span, local_invariance
     from geohead.geometry.tangents import orbit_tangents, tangent_invariance
 
     to_device = image_encoder(backbone, inputs.mean, inputs.std, device, channels_last=cl)
@@ -320,7 +325,7 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
         return to_device(x01).cpu()
 
     out: dict[str, float] = {}
-    comps, invs, lost = [], [], 0
+    comps, invs, lost, local, erank, soft = [], [], 0, [], [], 0.0
     nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
     for name in inputs.families:
         fam = ORBIT_FAMILIES[name]
@@ -330,15 +335,27 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
         comps.append(c)
         # tangents of the first few orbits only: the Fisher rank costs one forward-mode
         # product per tangent direction (up to d)
-        z, v = orbit_tangents(Orbits(orb.params, orb.backbone[:nt], orb.head[:nt]))
+        few = Orbits(orb.params, orb.backbone[:nt], orb.head[:nt])
+        z, v = orbit_tangents(few)
         ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
         invs.append(ti.invariance)
         lost += ti.fisher_rank_loss
+        if nt >= 2:  # recorded, not scored (issue 14): gains within the span of all the family's views
+            li = local_invariance(head, z, v, between_image_directions(few), span=effective_span(orb.backbone.flatten(0, 1)))
+            if math.isfinite(li.ratio):  # 0/0 for a head dead on the data: not recorded
+                local.append(li.ratio)
+            erank.append(li.fisher_effective_rank)
+            soft += li.fisher_soft_rank_loss
     if comps:
         out["compression"] = math.exp(sum(math.log(max(c, 1e-12)) for c in comps) / len(comps))
     if invs:
         out["tangent_invariance"] = sum(invs) / len(invs)
         out["fisher_rank_loss"] = float(lost)
+    if local:
+        out["local_invariance"] = sum(local) / len(local)
+    if erank:
+        out["fisher_effective_rank"] = sum(erank) / len(erank)
+        out["fisher_soft_rank_loss"] = soft
     return out
 
 
