@@ -39,7 +39,7 @@ def load(out: Path, name: str = "barlow-shapes-default"):
 def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     out = tmp_path / "search"
     res = run_search(tiny(out, trials=3))
-    for name in ("best_head.json", "trials.csv", "search.json", "table.txt", "study.db",
+    for name in ("best_head.json", "trials.csv", "rungs.csv", "search.json", "table.txt", "study.db",
                  "criteria_vs_knn.png", "pareto_front.png", "param_importances.png"):
         assert (out / name).is_file(), name
     rows = read_trials_csv(out / "trials.csv")
@@ -76,13 +76,14 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     # a larger target runs only the missing trial; the finished ones are not repeated
     run_search(tiny(out, trials=4))
     again = load(out).trials
-    assert len(again) == 4 and [t.datetime_start for t in again[:3]] == [t.datetime_start for t in before]
-    assert len(read_trials_csv(out / "trials.csv")) == 4
+    measured = [t for t in again if "duplicate_of" not in t.user_attrs]  # a repeat of a head is not counted
+    assert len(measured) == 4 and [t.datetime_start for t in again[:3]] == [t.datetime_start for t in before]
+    assert len(read_trials_csv(out / "trials.csv")) == len(again)
 
     # other settings cannot silently join the study
     from geohead.search import SearchError
 
-    with pytest.raises(SearchError, match=r"made with other settings \(steps: stored 2 vs now 3\)"):
+    with pytest.raises(SearchError, match=r"made with other settings \(min_steps: stored 2 vs now 3, max_steps: stored 2 vs now 3\)"):
         run_search(tiny(out, trials=4, steps=3))
 
 
@@ -119,7 +120,7 @@ def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, mon
     assert summary["trials"]["failed"] == 2 and summary["best"]["number"] in (2, 3)
 
 
-def test_a_repeated_head_reuses_the_measurements(tmp_path) -> None:
+def test_a_repeated_head_is_not_trained_not_counted_and_the_sampler_moves_on(tmp_path) -> None:
     import optuna
 
     out = tmp_path / "search"
@@ -130,12 +131,34 @@ def test_a_repeated_head_reuses_the_measurements(tmp_path) -> None:
     study.enqueue_trial(head)
     study.enqueue_trial(head)
     run_search(tiny(out, trials=2))
-    t0, t1 = load(out).trials
-    assert t0.state.name == t1.state.name == "COMPLETE" and t1.user_attrs["duplicate_of"] == 0
-    assert t1.values == t0.values and t1.user_attrs["knn_backbone"] == t0.user_attrs["knn_backbone"]
-    assert not (out / "trials" / "0001").exists()  # not trained again
+    t0, t1, t2 = load(out).trials
+    assert t0.state.name == "COMPLETE" and "duplicate_of" not in t0.user_attrs
+    # the repeat: PRUNED without a value (TPE ranks it among the worst), not trained, not counted
+    assert t1.state.name == "PRUNED" and t1.user_attrs["duplicate_of"] == 0 and not t1.intermediate_values
+    assert not (out / "trials" / "0001").exists()
+    # the next trial measures an unmeasured neighbour of the repeated head: one dimension changed
+    assert t2.user_attrs["steered_from"] == 1 and t2.state.name in ("COMPLETE", "PRUNED")
+    from geohead.search.space import SearchSpace
+
+    space = SearchSpace.default(128)
+    p0, p2 = (space.params_of(HeadSpec.from_dict(t.user_attrs["head"])) for t in (t0, t2))
+    changed = [k for k in DIMENSIONS if p0.get(k) != p2.get(k)]
+    assert changed and (len(changed) == 1 or "depth" in changed), (p0, p2)
     summary = json.loads((out / "search.json").read_text())
-    assert summary["trials"]["duplicates"] == 1 and summary["spearman"]["n"] == 1
+    assert summary["trials"]["duplicates"] == 1 and summary["trials"]["done"] == 2
+    rows = read_trials_csv(out / "trials.csv")
+    assert rows[1]["duplicate_of"] == 0 and "repeats the head of trial 0" in rows[1]["pruned_by"]
+
+
+def test_the_search_ends_when_the_space_is_exhausted(tmp_path) -> None:
+    out = tmp_path / "search"
+    # a space of 2 heads: 1 layer, 32 outputs, no last norm, whitening none or pca
+    cfg = tiny(out, trials=10, fix=("depth=1", "out_dim=32", "last_norm=none"), ranges=("whiten=none,pca",))
+    res = run_search(cfg)
+    assert res.summary["stopped_by"] == "space" and res.summary["trials"]["done"] == 2
+    heads = {json.dumps(t.user_attrs["head"], sort_keys=True) for t in load(out).trials if "duplicate_of" not in t.user_attrs}
+    assert len(heads) == 2
+    assert "every head of the space was measured" in res.table
 
 
 def test_a_killed_worker_leaves_a_sound_storage_and_its_trial_is_retried(tmp_path) -> None:

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from geohead.cli import main
 from geohead.heads import GeometricHead, HeadSpec
 from geohead.search.criteria import geometric_score, score_components
-from geohead.search.outputs import _pareto, importances, read_trials_csv, spearman, write_search_plots
+from geohead.search.plots import _pareto, write_search_plots
+from geohead.search.results import importances, read_trials_csv, spearman
 from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
 
 BASE = HeadSpec(in_dim=128, out_dim=64)

@@ -35,9 +35,12 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--n-train", type=int, default=None, help="Training images (default: the dataset's default / all).")
 @click.option("--img-size", type=int, default=32, show_default=True)
 @click.option("--backbone", default=None, help="Backbone name (default: the small CPU default resnet18_w16).")
-@click.option("--steps", type=int, default=100, show_default=True, help="Training steps per trial.")
+@click.option("--min-steps", type=int, default=None, help="Steps every trained head gets before successive halving first judges it (default 100).")
+@click.option("--max-steps", type=int, default=None, help="Steps of a head that survives every rung; one cosine schedule over them (default 3 x --min-steps).")
+@click.option("--reduction-factor", type=int, default=3, show_default=True, help="Successive halving keeps the best 1/r at each rung (rungs at min-steps x r^k).")
+@click.option("--steps", type=int, default=None, help="A fixed budget: --min-steps = --max-steps = STEPS (no successive halving).")
 @click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--trials", type=int, default=100, show_default=True, help="Finished trials the study should hold (a rerun resumes up to this); on CPU the --timeout usually ends the search first.")
+@click.option("--trials", type=int, default=100, show_default=True, help="Distinct heads the study should measure (a rerun resumes up to this; a repeat of a measured head does not count); on CPU the --timeout usually ends the search first.")
 @click.option("--timeout", default="480", show_default=True, help="No new trial starts after this long (seconds, or 8m / 1.5h; 0 = no limit).")
 @click.option("--workers", type=int, default=1, show_default=True, help="Local worker processes sharing the storage.")
 @click.option("--storage", default=None, help="Optuna storage: sqlite:///file.db (default: OUT/study.db), postgresql://user@host/db, or a journal file (journal:PATH or *.log).")
@@ -54,28 +57,33 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override the training config, e.g. --set optim.lr=0.1.")
 @click.option("--probe-train", type=int, default=5000, show_default=True, help="Images whose features train the kNN probe.")
 @click.option("--probe-test", type=int, default=2000, show_default=True, help="Images the kNN probe is tested on.")
-@click.option("--no-prune", is_flag=True, help="Train every candidate (no screen or median pruning).")
+@click.option("--no-prune", is_flag=True, help="Train every candidate for --max-steps (no screen, no successive halving).")
 @click.option("--heartbeat", type=int, default=20, show_default=True, help="Seconds between heartbeats of a running trial (RDB storages).")
 @click.option("--keep-checkpoints", is_flag=True, help="Keep every trial's last.ckpt.")
-@click.option("--no-progress", is_flag=True, help="No progress bar per trial.")
+@click.option("--no-progress", is_flag=True, help="No progress bar over the study.")
 def search(objective: str, data: str, test: str | None, data_root: str | None, download: bool, n_train: int | None, img_size: int, backbone: str | None,
-           steps: int, batch_size: int, trials: int, timeout: str, workers: int, storage: str | None, study: str | None,
+           min_steps: int | None, max_steps: int | None, reduction_factor: int, steps: int | None, batch_size: int,
+           trials: int, timeout: str, workers: int, storage: str | None, study: str | None,
            out: str | None, seed: int, device: str, score: str, multi: bool, sampler: str | None, fix: tuple[str, ...],
            ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool,
            heartbeat: int, keep_checkpoints: bool, no_progress: bool) -> None:
     """Design a projection head for OBJECTIVE on your backbone and data.
 
-    Each trial screens a candidate head at init (escape curvature at collapse, H_eff conditioning,
-    Jacobian rank on augmentation tangents), trains it briefly, and scores it by label-free
-    criteria; backbone kNN accuracy is recorded as ground truth. Writes best_head.json,
-    trials.csv, search.json, PNG plots and prints the top heads with the Spearman correlation
-    between the label-free score and kNN accuracy. Rerunning the command resumes the study.
+    Each trial screens a candidate head at init (escape curvature at collapse where Thm 4.1's
+    premise holds, H_eff conditioning, Jacobian rank on augmentation tangents), trains it under
+    successive halving (--min-steps to --max-steps), and scores it by label-free criteria;
+    backbone kNN accuracy is recorded as ground truth. Writes best_head.json, trials.csv,
+    rungs.csv, search.json, PNG plots and prints the top heads with the Spearman correlation
+    between the label-free score and kNN accuracy, and the optuna-dashboard command that browses
+    the study. Every input is checked before anything is written; rerunning resumes the study.
     """
     from geohead.search import SearchConfig, SearchError, SpaceError, run_search
 
+    if steps is not None and min_steps is not None and max_steps is not None:
+        fail(f"--steps {steps} fixes both --min-steps and --max-steps; give --steps alone or --min-steps/--max-steps")
     cfg = SearchConfig(
         objective=objective, out=out, data=data, test=test, data_root=data_root, download=download, n_train=n_train, img_size=img_size, backbone=backbone,
-        steps=steps, batch_size=batch_size, trials=trials, timeout=_timeout(timeout), workers=workers,
+        min_steps=min_steps, max_steps=max_steps, reduction_factor=reduction_factor, steps=steps, batch_size=batch_size, trials=trials, timeout=_timeout(timeout), workers=workers,
         storage=storage, study=study, seed=seed, device=device, score=score, multi=multi, sampler=sampler,
         fix=tuple(fix), ranges=tuple(ranges), overrides=tuple(overrides), probe_train=probe_train,
         probe_test=probe_test, prune=not no_prune, heartbeat=heartbeat, keep_checkpoints=keep_checkpoints,
@@ -89,5 +97,6 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
     except KeyboardInterrupt:
         sys.exit(130)
     click.echo(result.table)
-    click.echo(f"\noutputs in {result.out_dir}: best_head.json, trials.csv, search.json, "
+    click.echo(f"\noutputs in {result.out_dir}: best_head.json, trials.csv, rungs.csv, search.json, "
                + ", ".join(result.summary.get("plots", [])))
+    click.echo(f"browse the study (pip install 'geohead[dashboard]'):\n  {result.dashboard}")

@@ -1,20 +1,25 @@
 """``geohead search``: Optuna designs a projection head from the theory's label-free criteria.
 
 For the user's objective, backbone and data, each trial samples a head (depth, widths scaled to
-the backbone's d, activation, norms, whitening init), screens it at init in seconds (escape
-curvature at collapse, H_eff conditioning, Jacobian rank on augmentation tangents), trains it
-briefly with the real pipeline, and scores it by label-free criteria (backbone RankMe, uniformity,
-orbit compression, H_eff conditioning); where the data has labels, backbone kNN accuracy is
-recorded as the ground truth, and the Spearman correlation between the label-free score and kNN
-accuracy across trials is the evidence that the geometry predicts quality.
+the backbone's d, activation, norms, whitening init) that the study has not measured yet, screens
+it at init in seconds (escape curvature at collapse, H_eff conditioning, Jacobian rank on
+augmentation tangents), trains it with the real pipeline under successive halving (the best 1/r
+at each rung go on, up to ``max_steps``), and scores it by label-free criteria; where the data
+has labels, backbone kNN accuracy is recorded as the ground truth, and the Spearman correlation
+between the label-free score and kNN accuracy across trials is the evidence that the geometry
+predicts quality.
 
 Modules: :mod:`~geohead.search.config` (settings and their checks), :mod:`~geohead.search.space`
 (the space, ``--fix``/``--range``), :mod:`~geohead.search.criteria` (screen, trained criteria,
 score), :mod:`~geohead.search.inputs` (what a worker's trials share, prepared once),
-:mod:`~geohead.search.trial` (one trial), :mod:`~geohead.search.study` (study, sampler, pruner),
-:mod:`~geohead.search.storage` (storages, heartbeats, retries), :mod:`~geohead.search.workers`
-(the trial loop, local worker processes), :mod:`~geohead.search.runner` (``run_search``),
-:mod:`~geohead.search.outputs` (trials.csv, best_head.json, search.json, plots, table).
+:mod:`~geohead.search.trial` (one trial), :mod:`~geohead.search.seen` (heads already measured),
+:mod:`~geohead.search.study` (study, sampler, successive halving),
+:mod:`~geohead.search.storage` (storages, their checks, heartbeats, retries),
+:mod:`~geohead.search.workers` (the trial loop, local worker processes),
+:mod:`~geohead.search.progress` (the study's progress bar), :mod:`~geohead.search.runner`
+(``run_search``), :mod:`~geohead.search.results` (trials.csv, rungs.csv, statistics),
+:mod:`~geohead.search.plots` (PNGs), :mod:`~geohead.search.outputs` (best_head.json, search.json,
+the table).
 
 ``from geohead.search import run_search, SearchConfig, write_search_plots``; optuna, scipy and
 matplotlib load only when a search runs or plots are drawn.
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 from geohead.search.config import SearchConfig, SearchError
 from geohead.search.criteria import SCORE_CRITERIA, TrialDiverged, geometric_score, score_components
-from geohead.search.outputs import PLOTS, write_search_plots
+from geohead.search.plots import PLOTS, write_search_plots
 from geohead.search.runner import SearchResult, run_search
 from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
 

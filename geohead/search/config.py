@@ -9,6 +9,8 @@ from geohead.search.criteria import DEFAULT_FAMILIES
 from geohead.search.space import DIMENSIONS, parse_constraints
 
 SCORES = ("geometry", "knn")
+#: The first rung of successive halving when neither --min-steps nor --steps is given.
+DEFAULT_MIN_STEPS = 100
 SAMPLERS = ("tpe", "random", "nsga2")
 BUILTIN_DATA = ("shapes", "cifar10", "cifar100")
 #: View overrides used on the built-in shapes data unless ``--set data.view_args...`` says otherwise.
@@ -39,8 +41,16 @@ class SearchConfig:
             ``~/.cache/geohead/data``) and whether torchvision may download them there.
         n_train: training images (None: the dataset's default / all).
         img_size, backbone: image side, backbone name (None: the small CPU default).
-        steps, batch_size: per-trial training budget.
-        trials: finished trials the study should hold; timeout: seconds after which no new trial
+        min_steps, max_steps, reduction_factor: the training budget of a trial under successive
+            halving (:mod:`geohead.search.study`): every trial trains at least ``min_steps``; at
+            rungs ``min_steps·r^k`` < ``max_steps`` (r = ``reduction_factor``) only the best 1/r of
+            the trials measured there go on; the survivors train ``max_steps`` (one cosine schedule
+            over ``max_steps`` for every trial, so trials are compared at equal steps). None:
+            ``steps`` (or 100) and ``steps`` (or 3 × ``min_steps``).
+        steps: shorthand for a fixed budget: ``min_steps = max_steps = steps`` unless they are given.
+        batch_size: images per training step.
+        trials: distinct heads the study should measure (complete, pruned or failed; a trial that
+            repeats a measured head is not counted); timeout: seconds after which no new trial
             starts (None: no limit); workers: local processes sharing the storage.
         storage, study: Optuna storage (see :mod:`geohead.search.storage`) and study name.
         seed, device: the common seed of every trial; ``auto``/``cpu``/``cuda``.
@@ -48,12 +58,12 @@ class SearchConfig:
             normalised criteria; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
         probe_train, probe_test, orbit_images, families, screen_batch: sizes of the measurements.
-        prune: screen and median pruning on; prune_stable_rank: H_eff stable rank at the real
+        prune: the screen and successive halving on (off: every trial trains ``max_steps``); prune_stable_rank: H_eff stable rank at the real
             features below which a head that cannot escape collapse is pruned at the screen.
         heartbeat: seconds between heartbeats of a running trial (RDB storages).
         keep_checkpoints: keep every trial's last.ckpt (default: deleted once the trial is measured;
             ``geohead train --head best_head.json`` retrains the winner at full length).
-        progress: a progress bar per trial (one worker only).
+        progress: one progress bar over the whole study (trials, time, best score).
     """
 
     objective: str = "barlow"
@@ -65,7 +75,10 @@ class SearchConfig:
     n_train: int | None = None
     img_size: int = 32
     backbone: str | None = None
-    steps: int = 100
+    min_steps: int | None = None
+    max_steps: int | None = None
+    steps: int | None = None
+    reduction_factor: int = 3
     batch_size: int = 256
     trials: int = 100
     timeout: float | None = 480.0
@@ -91,7 +104,22 @@ class SearchConfig:
     keep_checkpoints: bool = False
     progress: bool = True
 
+    def __post_init__(self) -> None:
+        if self.min_steps is None:
+            self.min_steps = self.steps if self.steps is not None else DEFAULT_MIN_STEPS
+        if self.max_steps is None:
+            self.max_steps = self.steps if self.steps is not None else 3 * self.min_steps
+
     # ------------------------------------------------------------------ derived
+    @property
+    def rungs(self) -> tuple[int, ...]:
+        """Steps at which successive halving decides: ``min_steps·r^k`` below ``max_steps``."""
+        out, step = [], int(self.min_steps)
+        while step < int(self.max_steps):
+            out.append(step)
+            step *= max(2, int(self.reduction_factor))
+        return tuple(out)
+
     @property
     def out_dir(self) -> Path:
         """The output folder (``out``, or ``runs/search_<objective>``)."""
@@ -112,7 +140,8 @@ class SearchConfig:
 
     def identity(self) -> dict[str, Any]:
         """The settings every trial of one study must share (a resumed study checks them)."""
-        keys = ("objective", "data", "test", "n_train", "img_size", "backbone", "steps", "batch_size", "seed",
+        keys = ("objective", "data", "test", "n_train", "img_size", "backbone", "min_steps", "max_steps",
+                "reduction_factor", "batch_size", "seed",
                 "score", "multi", "fix", "ranges", "overrides", "probe_train", "probe_test", "orbit_images",
                 "families", "screen_batch", "prune", "prune_stable_rank")
         d = dataclasses.asdict(self)
@@ -126,6 +155,7 @@ class SearchConfig:
         self._check_families()
         parse_constraints(self.fix, self.ranges)  # raises SpaceError (a ValueError) with the fix
         self._check_overrides()
+        self._check_storage()
         return self
 
     def _check_choices(self) -> None:
@@ -143,12 +173,19 @@ class SearchConfig:
             raise SearchError(f"unknown device {self.device!r}; use auto, cpu, cuda or cuda:K")
 
     def _check_sizes(self) -> None:
-        positive = {"steps": self.steps, "batch_size": self.batch_size, "trials": self.trials, "workers": self.workers,
-                    "img_size": self.img_size, "probe_train": self.probe_train, "probe_test": self.probe_test,
+        if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1):
+            raise SearchError(f"--steps must be a positive integer, got {self.steps!r}")
+        positive = {"min_steps": self.min_steps, "max_steps": self.max_steps, "batch_size": self.batch_size,
+                    "trials": self.trials, "workers": self.workers, "img_size": self.img_size, "probe_train": self.probe_train, "probe_test": self.probe_test,
                     "orbit_images": self.orbit_images, "screen_batch": self.screen_batch, "heartbeat": self.heartbeat}
         for key, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SearchError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}")
+        if self.max_steps < self.min_steps:
+            raise SearchError(f"--max-steps {self.max_steps} is below --min-steps {self.min_steps}; "
+                              f"raise it (e.g. --max-steps {3 * self.min_steps}) or lower --min-steps")
+        if isinstance(self.reduction_factor, bool) or not isinstance(self.reduction_factor, int) or self.reduction_factor < 2:
+            raise SearchError(f"--reduction-factor must be an integer >= 2, got {self.reduction_factor!r}")
         if self.n_train is not None and self.n_train < self.batch_size:
             raise SearchError(f"--n-train {self.n_train} is smaller than --batch-size {self.batch_size}; raise it or lower the batch")
         if self.timeout is not None and not self.timeout > 0:
@@ -170,7 +207,42 @@ class SearchConfig:
                 raise SearchError(f"--set {text!r}: the search chooses the head; use --fix/--range for its dimensions "
                                   "(--set head.spec.KEY is for fields it does not search, e.g. prototypes)")
             if key in _SEARCH_KEYS:
-                raise SearchError(f"--set {text!r}: {key} is set by the search (use --out / --steps)")
+                raise SearchError(f"--set {text!r}: {key} is set by the search (use --out / --min-steps / --max-steps)")
+        # keys and values, with a stand-in data size (the real one only sets the schedule's epochs)
+        base_train_config(self, max(self.n_train or 0, 10 * self.batch_size))
+
+    def _check_storage(self) -> None:
+        from geohead.search.storage import check_storage
+
+        try:
+            check_storage(self.storage)
+        except ValueError as exc:
+            raise SearchError(str(exc)) from None
 
 
-__all__ = ["BUILTIN_DATA", "SAMPLERS", "SCORES", "SHAPES_VIEW_ARGS", "SearchConfig", "SearchError"]
+def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any], Any]:
+    """The training config every trial starts from, as a dict and as a validated ``TrainConfig``:
+    ``cfg.max_steps`` steps of ``cfg.batch_size`` on ``n_images`` images (one cosine schedule over
+    ``max_steps``, which successive halving may cut short), no probes, no per-trial progress bar,
+    ``--set`` applied. Raises :class:`SearchError` naming a bad ``--set`` key or value."""
+    from geohead.config import ConfigError, apply_overrides, config_from_dict
+
+    steps = int(cfg.max_steps)
+    epochs = steps / max(1, n_images // cfg.batch_size)
+    base: dict[str, Any] = {
+        "objective": cfg.objective, "seed": cfg.seed, "device": cfg.device,
+        "data": {"name": cfg.data, "root": cfg.data_root, "n_train": cfg.n_train, "img_size": cfg.img_size,
+                 "view_args": dict(SHAPES_VIEW_ARGS) if cfg.data == "shapes" else {}},
+        "backbone": {"name": cfg.backbone} if cfg.backbone else {},
+        "optim": {"batch_size": cfg.batch_size, "max_steps": steps, "epochs": epochs, "warmup_epochs": 0.1 * epochs},
+        "track": {"log_every": max(1, steps // 10), "monitor_every": 0, "ckpt_every": steps, "progress": False},
+        "probe": {"enabled": False},
+    }
+    try:
+        base = apply_overrides(base, list(cfg.overrides))
+        return base, config_from_dict(base)
+    except ConfigError as exc:
+        raise SearchError(f"--set: {exc}") from None
+
+
+__all__ = ["BUILTIN_DATA", "SAMPLERS", "SCORES", "SHAPES_VIEW_ARGS", "SearchConfig", "SearchError", "base_train_config"]

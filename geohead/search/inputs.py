@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from geohead.heads import HeadSpec
-from geohead.search.config import BUILTIN_DATA, SHAPES_VIEW_ARGS, SearchConfig, SearchError
+from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, base_train_config
 from geohead.search.criteria import EvalInputs, ScreenInputs, calibrate_batchnorm
 from geohead.search.space import SearchSpace, parse_constraints
 
@@ -114,29 +114,6 @@ def _training_data(cfg: SearchConfig) -> Any:
     return data
 
 
-def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any], Any]:
-    """The training config every trial starts from, as a dict and as a validated ``TrainConfig``:
-    ``cfg.steps`` steps of ``cfg.batch_size`` on ``n_images`` images, no probes, ``--set`` applied."""
-    from geohead.config import ConfigError, apply_overrides, config_from_dict
-
-    epochs = cfg.steps / (n_images // cfg.batch_size)
-    base: dict[str, Any] = {
-        "objective": cfg.objective, "seed": cfg.seed, "device": cfg.device,
-        "data": {"name": cfg.data, "root": cfg.data_root, "n_train": cfg.n_train, "img_size": cfg.img_size,
-                 "view_args": dict(SHAPES_VIEW_ARGS) if cfg.data == "shapes" else {}},
-        "backbone": {"name": cfg.backbone} if cfg.backbone else {},
-        "optim": {"batch_size": cfg.batch_size, "max_steps": cfg.steps, "epochs": epochs, "warmup_epochs": 0.1 * epochs},
-        "track": {"log_every": max(1, cfg.steps // 10), "monitor_every": 0, "ckpt_every": cfg.steps,
-                  "progress": bool(cfg.progress and cfg.workers == 1)},
-        "probe": {"enabled": False},
-    }
-    try:
-        base = apply_overrides(base, list(cfg.overrides))
-        return base, config_from_dict(base)
-    except ConfigError as exc:
-        raise SearchError(f"--set: {exc}") from None
-
-
 def _probe_splits(cfg: SearchConfig, data: Any, echo: Callable[[str], None]) -> tuple[Any, Any]:
     """(probe train, probe test): the training data's first images vs ``--test`` or the built-in
     dataset's test split; for a file without ``--test``, a held-out part of it."""
@@ -170,7 +147,11 @@ def _initial_backbone(cfg: SearchConfig, base_cfg: Any, data: Any, tangent_image
     from geohead.model import build_models
 
     torch.manual_seed(cfg.seed)
-    model, objective, head_spec, _ = build_models(base_cfg)
+    try:
+        model, objective, head_spec, _ = build_models(base_cfg)
+    except ValueError as exc:  # an unknown backbone name, an image size it cannot take, bad model args
+        what = f"--backbone {cfg.backbone!r}" if cfg.backbone else "the backbone"
+        raise SearchError(f"{what}: {exc}") from None
     backbone = model.backbone.to(device)
     recipe = base_cfg.data.views or cfg.objective
     view_fn = make_view_fn(recipe, img_size=cfg.img_size, mean=data.mean, std=data.std, **base_cfg.data.view_args)
@@ -217,5 +198,4 @@ def _collapsed_state(z1: Tensor, in_dim: int, cfg: SearchConfig) -> tuple[Tensor
     return c1, c2
 
 
-__all__ = ["COLLAPSED_BATCH", "SCREEN_TANGENT_IMAGES", "TANGENT_IMAGES", "TrialInputs", "base_train_config",
-           "prepare_trial_inputs"]
+__all__ = ["COLLAPSED_BATCH", "SCREEN_TANGENT_IMAGES", "TANGENT_IMAGES", "TrialInputs", "prepare_trial_inputs"]

@@ -134,6 +134,45 @@ class SearchSpace:
         return self.spec(base, depth=depth, hidden_dim=hidden_dim, out_dim=out_dim, activation=activation,
                          norm=norm, last_norm=pick("last_norm"), whiten=pick("whiten"))
 
+    def params_of(self, spec: HeadSpec) -> dict[str, Any]:
+        """The Optuna parameters that make :meth:`suggest` return ``spec`` (dimensions with one
+        candidate, and the hidden ones of a depth-1 head, are not parameters)."""
+        values: dict[str, Any] = {"depth": spec.depth, "out_dim": spec.out_dim, "last_norm": spec.last_norm or "none",
+                                  "whiten": spec.whiten or "none"}
+        if spec.depth > 1:
+            values.update(hidden_dim=spec.hidden_dim, activation=spec.activation, norm=spec.norm or "none")
+        return {k: v for k, v in values.items() if len(self.choices[k]) > 1}
+
+    def spec_of(self, params: Mapping[str, Any], base: HeadSpec) -> HeadSpec:
+        """The head of Optuna parameters ``params`` (as :meth:`params_of` gives them)."""
+        return self.suggest(_Fixed(params), base)
+
+    def neighbours(self, params: Mapping[str, Any], rng: Any) -> list[dict[str, Any]]:
+        """Parameters that differ from ``params`` in one dimension (a depth-1 head that becomes
+        deeper draws its hidden dimensions with ``rng``, a ``random.Random``)."""
+        out = []
+        depth = int(params.get("depth", self.choices["depth"][0]))
+        for name in DIMENSIONS:
+            if len(self.choices[name]) < 2 or (name in HIDDEN_ONLY and depth == 1):
+                continue
+            for value in self.choices[name]:
+                if value == params.get(name):
+                    continue
+                new = {**params, name: value}
+                if name == "depth" and int(value) == 1:
+                    new = {k: v for k, v in new.items() if k not in HIDDEN_ONLY}
+                elif name == "depth" and depth == 1:
+                    new.update({h: rng.choice(self.choices[h]) for h in HIDDEN_ONLY if len(self.choices[h]) > 1})
+                out.append(new)
+        return out
+
+    def random_params(self, rng: Any) -> dict[str, Any]:
+        """Parameters of a head drawn uniformly per dimension with ``rng`` (a ``random.Random``)."""
+        params = {name: rng.choice(self.choices[name]) for name in DIMENSIONS if len(self.choices[name]) > 1}
+        if int(params.get("depth", self.choices["depth"][0])) == 1:
+            params = {k: v for k, v in params.items() if k not in HIDDEN_ONLY}
+        return params
+
     @staticmethod
     def spec(base: HeadSpec, **values: Any) -> HeadSpec:
         """``base`` with search values applied (``"none"`` becomes ``None``)."""
@@ -155,6 +194,19 @@ class SearchSpace:
             tag = "fixed" if name in self.fixed else ("only" if len(vals) == 1 else "")
             lines.append(f"  {name:<10} {tag + ' ' if tag else ''}{', '.join(map(str, vals))}")
         return "\n".join(lines)
+
+
+class _Fixed:
+    """A stand-in Optuna trial whose suggestions are given values (for :meth:`SearchSpace.spec_of`)."""
+
+    def __init__(self, params: Mapping[str, Any]) -> None:
+        self.params = params
+
+    def suggest_int(self, name: str, low: int, high: int) -> int:
+        return int(self.params[name])
+
+    def suggest_categorical(self, name: str, choices: list[Any]) -> Any:
+        return self.params[name]
 
 
 # ---------------------------------------------------------------------- parsing

@@ -47,6 +47,70 @@ def describe(url: str) -> str:
     return url
 
 
+#: SQLAlchemy dialects Optuna's RDB storage is known to work with.
+RDB_SCHEMES = ("sqlite", "postgresql", "mysql", "mariadb")
+_STORAGE_FORMS = ("sqlite:///path/study.db, postgresql://user@host/db, mysql://user@host/db, "
+                  f"or a journal file (journal:PATH or a path ending in {' or '.join(JOURNAL_SUFFIXES)})")
+
+
+def check_storage(storage: str | None) -> None:
+    """Raise ``ValueError`` naming the value and the fix when ``--storage`` cannot be opened:
+    an unknown scheme, a malformed URL, a missing database driver, or the folder of an SQLite or
+    journal file that does not exist. Connects to nothing and writes nothing (a server that
+    cannot be reached is found when the storage is opened)."""
+    if storage is None or storage == "":
+        return
+    if is_journal(storage):
+        path = Path(storage[len("journal:"):] if storage.startswith("journal:") else storage).expanduser()
+        if not str(path) or not path.parent.is_dir():
+            raise ValueError(f"--storage {storage!r}: folder {str(path.parent)!r} does not exist; create it first "
+                             "or give a journal file in an existing folder")
+        return
+    if "://" not in storage:
+        raise ValueError(f"--storage {storage!r} is neither a database URL nor a journal file; use {_STORAGE_FORMS}")
+    scheme = storage.split("://", 1)[0]
+    base = scheme.split("+", 1)[0].lower()
+    if base not in RDB_SCHEMES:
+        fix = " (SQLAlchemy spells it postgresql://)" if base in ("postgres", "psql", "pg") else ""
+        raise ValueError(f"--storage {describe(storage)!r}: unknown storage scheme {scheme!r}{fix}; use {_STORAGE_FORMS}")
+    from sqlalchemy.engine import make_url
+
+    url = _driver(storage)
+    try:
+        parsed = make_url(url)
+        dialect = parsed.get_dialect()
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy's ArgumentError / NoSuchModuleError
+        raise ValueError(f"--storage {describe(storage)!r} is not a valid URL ({str(exc).splitlines()[0]}); "
+                         f"use {_STORAGE_FORMS}") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        pkg = {"postgresql": "psycopg2-binary", "mysql": "pymysql (and write mysql+pymysql://)",
+               "mariadb": "pymysql (and write mariadb+pymysql://)"}.get(base, getattr(exc, "name", None) or "its driver")
+        raise ValueError(f"--storage {describe(storage)!r}: the database driver {getattr(exc, 'name', '')!r} is not "
+                         f"installed; pip install {pkg}") from None
+    if base == "sqlite":
+        db = parsed.database
+        if not db or db == ":memory:":
+            raise ValueError(f"--storage {storage!r} is an in-memory database that no rerun or worker can see; "
+                             "give a file: sqlite:///path/study.db")
+        folder = Path(db).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise ValueError(f"--storage {storage!r}: folder {str(folder)!r} does not exist; create it first "
+                             "or give a file in an existing folder")
+
+
+def dashboard_command(url: str) -> str:
+    """The shell command that browses the study of ``url`` with optuna-dashboard (the password of
+    a database URL elided: type it in)."""
+    import shlex
+
+    if is_journal(url):
+        path = url[len("journal:"):] if url.startswith("journal:") else url
+        return f"optuna-dashboard {shlex.quote(str(Path(path).expanduser().resolve()))}"
+    return f"optuna-dashboard {shlex.quote(describe(url))}"
+
+
 def open_storage(url: str, heartbeat: int | None = 20) -> Any:
     """An Optuna storage for ``url`` (see the module docstring); heartbeats for RDB URLs.
 
@@ -119,15 +183,19 @@ def retried_numbers(trials: list[Any]) -> set[int]:
 
 
 def count_trials(study: Any) -> dict[str, int]:
-    """``done`` (complete, pruned, and failed without a retry), ``running``, ``waiting`` (enqueued
-    retries), ``complete``, ``pruned``, ``failed`` (every FAIL, retried ones included)."""
+    """``done`` (distinct heads measured: complete, pruned, and failed without a retry),
+    ``running``, ``waiting`` (enqueued trials), ``complete``, ``pruned``, ``failed`` (every FAIL,
+    retried ones included), ``duplicates`` (trials that drew a head already measured: not
+    trained, not counted in the others)."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)
-    counts = {"done": 0, "running": 0, "waiting": 0, "complete": 0, "pruned": 0, "failed": 0}
+    counts = {"done": 0, "running": 0, "waiting": 0, "complete": 0, "pruned": 0, "failed": 0, "duplicates": 0}
     for t in trials:
-        if t.state == TrialState.COMPLETE:
+        if "duplicate_of" in t.user_attrs and t.state != TrialState.RUNNING:
+            counts["duplicates"] += 1
+        elif t.state == TrialState.COMPLETE:
             counts["complete"] += 1
             counts["done"] += 1
         elif t.state == TrialState.PRUNED:
@@ -151,5 +219,5 @@ def fail_stale(study: Any) -> None:
         fail_stale_trials(study)
 
 
-__all__ = ["MAX_RETRY", "count_trials", "describe", "fail_stale", "has_heartbeat", "is_journal", "open_storage",
+__all__ = ["MAX_RETRY", "RDB_SCHEMES", "check_storage", "count_trials", "dashboard_command", "describe", "fail_stale", "has_heartbeat", "is_journal", "open_storage",
            "retried_numbers", "storage_url"]

@@ -1,4 +1,13 @@
-"""The Optuna study of a search: creation (or resume) with its settings checked, sampler, pruner."""
+"""The Optuna study of a search: creation (or resume) with its settings checked, sampler, pruner.
+
+The pruner is Optuna's successive halving over training steps (``SuccessiveHalvingPruner``,
+asynchronous): at each rung ``min_steps·r^k`` below ``max_steps`` a trial reports its value (the
+label-free score, or kNN accuracy with ``--score knn``) and goes on only when it is among the best
+1/r of the values reported at that rung so far; the survivors train ``max_steps``. Values are
+reported at epoch ends (the first one at or after the rung's step, and never after the first epoch
+alone), so every trial is judged at the same step. The sampler learns from the screen's verdicts
+through ``constraints_func`` (a trial's ``constraint`` attribute, > 0 = infeasible).
+"""
 from __future__ import annotations
 
 from typing import Any
@@ -16,31 +25,42 @@ def quiet_optuna() -> None:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
+def trial_constraint(trial: Any) -> tuple[float]:
+    """A finished trial's constraint for the samplers (> 0: infeasible): its ``constraint`` user
+    attribute (the screen's escape verdict), 0 without one."""
+    return (float(trial.user_attrs.get("constraint", 0.0)),)
+
+
 def make_sampler(cfg: SearchConfig, seed: int) -> Any:
     """``cfg``'s sampler: random, NSGA-II (population ~ trials / 3) or multivariate TPE (constant
-    liar with several workers)."""
+    liar with several workers); TPE and NSGA-II learn the screen's constraint."""
     import optuna
 
     name = cfg.sampler_name
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(16, cfg.trials // 3)))
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # multivariate/group are "experimental" in Optuna
+        warnings.simplefilter("ignore")  # multivariate/group/constraints are "experimental" in Optuna
+        if name == "nsga2":
+            return optuna.samplers.NSGAIISampler(seed=seed, population_size=max(4, min(16, cfg.trials // 3)),
+                                                 constraints_func=trial_constraint)
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(3, cfg.trials // 4)),
-                                          multivariate=True, group=True, constant_liar=cfg.workers > 1)
+                                          multivariate=True, group=True, constant_liar=cfg.workers > 1,
+                                          constraints_func=trial_constraint)
 
 
 def make_pruner(cfg: SearchConfig) -> Any:
-    """The median pruner, or none for multi-objective studies and ``--no-prune``."""
+    """Successive halving from ``min_steps`` by ``reduction_factor`` (see the module docstring), or
+    none for multi-objective studies, ``--no-prune`` and a fixed budget (min = max steps)."""
     import optuna
 
-    if cfg.multi or not cfg.prune:
+    if cfg.multi or not cfg.prune or not cfg.rungs or cfg.min_steps >= cfg.max_steps:
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=8, n_warmup_steps=0)
+    return optuna.pruners.SuccessiveHalvingPruner(min_resource=int(cfg.min_steps),
+                                                  reduction_factor=int(cfg.reduction_factor),
+                                                  min_early_stopping_rate=0)
 
 
 def create_study(cfg: SearchConfig, storage: Any) -> Any:
@@ -51,7 +71,8 @@ def create_study(cfg: SearchConfig, storage: Any) -> Any:
     study = optuna.create_study(study_name=cfg.study_name, storage=storage, directions=directions, load_if_exists=True)
     ident = cfg.identity()
     stored = study.user_attrs.get("search_config")
-    if stored is None:
+    if stored is None or (stored != ident and not study.get_trials(deepcopy=False)):
+        # a new study, or one that holds no trial yet (a start that failed): take these settings
         study.set_user_attr("search_config", ident)
         study.set_user_attr("score", "multi" if cfg.multi else cfg.score)
         study.set_user_attr("criteria", list(SCORE_CRITERIA))
@@ -77,4 +98,4 @@ def load_worker_study(cfg: SearchConfig, storage: Any, worker: int) -> Any:
                              pruner=make_pruner(cfg))
 
 
-__all__ = ["create_study", "load_worker_study", "make_pruner", "make_sampler", "quiet_optuna"]
+__all__ = ["create_study", "load_worker_study", "make_pruner", "make_sampler", "quiet_optuna", "trial_constraint"]

@@ -10,23 +10,23 @@ A trial:
    NSGA-II with ``multi``, or random);
 2. screens it at init (:func:`~geohead.search.criteria.screen`): a head that cannot escape
    collapse *and* has a badly conditioned H_eff is PRUNED before any training;
-3. trains backbone + head with :func:`geohead.train.train` for ``steps`` steps, reporting the
-   backbone's RankMe / d at every epoch end to Optuna's median pruner (single-objective studies
-   only: Optuna does not prune multi-objective ones);
+3. trains backbone + head with :func:`geohead.train.train` on one schedule of ``max_steps``
+   steps; at each successive-halving rung (:mod:`geohead.search.study`) it measures the trained
+   criteria, reports its value and stops when it is not among the best 1/r there (single-objective
+   studies: Optuna does not prune multi-objective ones, whose trials train ``max_steps``);
 4. measures the trained criteria (:func:`~geohead.search.criteria.trained_criteria`) and returns
    the label-free score (default), kNN accuracy (``score="knn"``), or the four normalised criteria
    (``multi``).
 
 A NaN/inf loss or criterion, or any other error inside a trial, makes the trial FAIL (reason in
-its ``fail_reason`` attribute) and the study goes on. A trial that samples a head an earlier trial
-completed returns that trial's measurements without training again (``duplicate_of``): under
-the common seed the result would be identical.
+its ``fail_reason`` attribute) and the study goes on. A trial that draws a head the study has
+measured is not trained (:mod:`geohead.search.seen`): under the common seed the result would be
+identical.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import os
 import socket
 import time
@@ -34,7 +34,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 
 from geohead.heads import HeadSpec
 from geohead.search.config import SearchConfig
@@ -42,9 +41,11 @@ from geohead.search.criteria import (
     SCORE_CRITERIA, TrialDiverged, geometric_score, score_components, screen, screen_verdict, trained_criteria,
 )
 from geohead.search.inputs import TrialInputs
+from geohead.search.seen import head_key, measured_heads, unmeasured_params
 
-#: User attributes that describe a trial itself rather than its head's measurements.
-_OWN_ATTRS = ("trial", "worker", "retry_of", "head", "seed")
+#: Criteria kept per rung in the ``rungs`` user attribute (rungs.csv): the score, its parts, kNN.
+RUNG_KEYS = ("score", "knn_backbone", "knn_head", "rankme_backbone_frac", "std_backbone", "compression",
+             "tangent_invariance", "heff_stable_rank", "heff_isotropy")
 
 
 class TrialError(RuntimeError):
@@ -82,9 +83,9 @@ class TrialRunner:
 
     def _objective(self, trial: Any) -> float | tuple[float, ...]:
         spec, retry_of = self._start(trial)
-        same = _duplicate(trial, spec)
-        if same is not None:  # the same head under the same seed: its measurements, without training again
-            return _reuse(trial, same, self.cfg.multi)
+        seen = measured_heads(trial.study, exclude=trial.number)
+        if head_key(spec) in seen:  # the same head under the same seed: nothing to learn by training it
+            self._duplicate(trial, spec, seen)
         self.echo(f"trial {trial.number}: {spec.describe()}" + (f" (retry of trial {retry_of})" if retry_of is not None else ""))
         self._screen(trial, spec)
         try:
@@ -125,25 +126,72 @@ class TrialRunner:
             trial.set_user_attr("pruned_by", verdict)
             raise optuna.TrialPruned(verdict)
 
+    def _duplicate(self, trial: Any, spec: HeadSpec, seen: dict[str, int]) -> None:
+        """End a trial that drew a measured head: PRUNED with ``duplicate_of`` (not counted, not
+        trained) after enqueueing an unmeasured neighbour as the next trial."""
+        import optuna
+
+        first = seen[head_key(spec)]
+        trial.set_user_attr("duplicate_of", first)
+        trial.set_user_attr("pruned_by", f"repeats the head of trial {first} (not trained, not counted)")
+        space, base = self.inputs.space, self.inputs.base_spec
+        nxt = unmeasured_params(space, base, space.params_of(spec), set(seen), self.cfg.seed * 7_919 + trial.number)
+        if nxt is not None and not any(t.state.name == "WAITING" for t in trial.study.get_trials(deepcopy=False)):
+            trial.study.enqueue_trial(nxt, user_attrs={"steered_from": trial.number})
+        raise optuna.TrialPruned(f"repeats trial {first}")
+
     def _train_and_measure(self, trial: Any, spec: HeadSpec) -> float | tuple[float, ...]:
-        """Train ``spec`` with the backbone (pruner reports at every epoch end of a single-objective
-        study), record the trained criteria and return the trial's objective value(s)."""
+        """Train ``spec`` with the backbone (successive-halving rungs in a single-objective study),
+        record the trained criteria and return the trial's objective value(s)."""
         from geohead.train import TrainingDiverged, train
 
         tcfg = self._train_config(trial.number, spec)
-        callback = None if self.cfg.multi else _pruner_report(trial, self.cfg.prune)
+        callback = None if self.cfg.multi else self._rung_callback(trial)
         t0 = time.perf_counter()
         try:
             result = train(tcfg, overwrite=True, callback=callback)
         except TrainingDiverged as exc:
             raise _fail(trial, f"diverged: {exc}") from None
-        trial.set_user_attr("train_seconds", time.perf_counter() - t0)
-        crit, comps = self._measure(trial, result)
+        finally:
+            trial.set_user_attr("train_seconds", time.perf_counter() - t0)
+        trial.set_user_attr("steps_trained", result.steps)
+        crit, comps = self._measure(trial, result.model, result.teacher, result.objective)
+        return self._value(crit, comps)
+
+    def _value(self, crit: dict[str, float], comps: dict[str, float]) -> float | tuple[float, ...]:
+        """The objective value(s) of measured criteria: the score, kNN accuracy, or the parts."""
         if self.cfg.multi:
             return tuple(comps[k] for k in SCORE_CRITERIA)
-        if self.cfg.score == "knn":
-            return crit["knn_backbone"]
-        return crit["score"]
+        return crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
+
+    def _rung_callback(self, trial: Any) -> Callable[[Any], None]:
+        """The per-epoch callback of a single-objective trial: at the first epoch end at or after
+        each rung (never the first epoch's), the trained criteria and the value, reported to the
+        pruner, which may stop the trial there."""
+        import optuna
+
+        pending = [r for r in self.cfg.rungs]
+        r = self.cfg.reduction_factor
+
+        def on_epoch(info: Any) -> None:
+            if info.epoch < 2 or not pending or info.step < pending[0] or info.step >= self.cfg.max_steps:
+                return
+            while pending and pending[0] <= info.step:
+                pending.pop(0)
+            crit, comps = self._measure(trial, info.model, info.teacher, info.objective)
+            value = self._value(crit, comps)
+            rungs = dict(trial.user_attrs.get("rungs", {}))
+            rungs[str(info.step)] = {k: crit.get(k) for k in RUNG_KEYS if k in crit}
+            trial.set_user_attr("rungs", rungs)
+            trial.set_user_attr("steps_trained", info.step)
+            trial.report(value, info.step)
+            if self.cfg.prune and trial.should_prune():
+                what = "kNN" if self.cfg.score == "knn" else "score"
+                trial.set_user_attr("pruned_by", f"successive halving at step {info.step}: {what} {value:.4f} not "
+                                                 f"in the best 1/{r} of the trials at this rung")
+                raise optuna.TrialPruned()
+
+        return on_epoch
 
     def _train_config(self, number: int, spec: HeadSpec) -> Any:
         """The trial's ``TrainConfig``: the shared base with this head, in the trial's folder."""
@@ -154,10 +202,9 @@ class TrialRunner:
         d.setdefault("head", {})["spec"] = {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}
         return config_from_dict(d)
 
-    def _measure(self, trial: Any, result: Any) -> tuple[dict[str, float], dict[str, float]]:
-        """The trained criteria (with the score) and the score's components of ``train``'s
-        result, recorded as user attributes."""
-        model, teacher, objective = result.model, result.teacher, result.objective
+    def _measure(self, trial: Any, model: Any, teacher: Any, objective: Any) -> tuple[dict[str, float], dict[str, float]]:
+        """The trained criteria (with the score) and the score's components of the trained
+        ``model`` (and EMA ``teacher``), recorded as user attributes."""
         try:
             crit = trained_criteria(
                 model.backbone, model.head, objective, self.inputs.eval_inputs,
@@ -178,51 +225,6 @@ def _fail(trial: Any, reason: str) -> TrialDiverged:
     return TrialDiverged(reason)
 
 
-def _duplicate(trial: Any, spec: HeadSpec) -> Any | None:
-    """A completed trial of the same head (trials are deterministic given the common seed)."""
-    from optuna.trial import TrialState
-
-    head = spec.to_dict()
-    for t in trial.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("head") == head and "duplicate_of" not in t.user_attrs:
-            return t
-    return None
-
-
-def _reuse(trial: Any, same: Any, multi: bool) -> float | tuple[float, ...]:
-    """``same``'s measurements and objective value(s), for a trial that repeats its head."""
-    for k, v in same.user_attrs.items():
-        if k not in _OWN_ATTRS:
-            trial.set_user_attr(k, v)
-    trial.set_user_attr("duplicate_of", same.number)
-    return tuple(same.values) if multi else same.values[0]
-
-
-def _pruner_report(trial: Any, prune: bool) -> Callable[[Any], None]:
-    """The per-epoch callback of a single-objective trial: the backbone's RankMe / d on the
-    epoch's last batch, reported to Optuna's pruner (which may stop the trial when ``prune``)."""
-    import optuna
-
-    from geohead.geometry import rankme
-
-    def on_epoch(info: Any) -> None:
-        if info.epoch == 0:
-            return
-        m = info.model
-        m.backbone.eval()
-        with torch.no_grad():
-            f = m.backbone(info.views[0]).float()
-        value = rankme(f) / f.shape[1] if torch.isfinite(f).all() else float("nan")
-        if not math.isfinite(value):
-            raise _fail(trial, f"non-finite backbone features at epoch {info.epoch}")
-        trial.report(value, info.epoch)
-        if prune and trial.should_prune():
-            trial.set_user_attr("pruned_by", f"median pruner at epoch {info.epoch} (backbone RankMe/d {value:.3f})")
-            raise optuna.TrialPruned()
-
-    return on_epoch
-
-
 def trial_line(t: Any) -> str:
     """One line about a finished trial."""
     ua = t.user_attrs
@@ -230,8 +232,8 @@ def trial_line(t: Any) -> str:
     desc = HeadSpec.from_dict(head).describe() if head else "?"
     state = t.state.name
     dur = t.duration.total_seconds() if t.duration is not None else float("nan")
-    if state == "COMPLETE" and "duplicate_of" in ua:
-        return f"trial {t.number} COMPLETE = trial {ua['duplicate_of']} (same head, not trained again) | {desc}"
+    if "duplicate_of" in ua:
+        return f"trial {t.number} repeats trial {ua['duplicate_of']}'s head: not trained, not counted | {desc}"
     if state == "COMPLETE":
         knn = ua.get("knn_backbone")
         knn_s = f" kNN {knn:.3f}" if knn is not None else ""

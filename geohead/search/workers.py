@@ -15,7 +15,7 @@ import torch
 
 from geohead.search.config import SearchConfig
 from geohead.search.criteria import TrialDiverged
-from geohead.search.inputs import prepare_trial_inputs
+from geohead.search.inputs import TrialInputs, prepare_trial_inputs
 from geohead.search.study import load_worker_study, quiet_optuna
 from geohead.search.trial import TrialError, TrialRunner, trial_line
 
@@ -36,10 +36,12 @@ def worker_device(device: str, worker: int, n_cuda: int) -> str:
 
 
 def run_worker(cfg: SearchConfig, worker: int, url: str, deadline: float | None,
-               echo: Callable[[str], None] | None = None) -> None:
-    """One worker: run trials until the study holds ``cfg.trials`` finished trials or time is up
-    (``deadline``, a ``time.time()``); the data and initial features are prepared before the
-    first trial this worker runs."""
+               echo: Callable[[str], None] | None = None, inputs: TrialInputs | None = None,
+               on_trial: Callable[[Any], None] | None = None) -> str:
+    """One worker: run trials until the study holds ``cfg.trials`` distinct measured heads, time
+    is up (``deadline``, a ``time.time()``) or every head of the space is measured; ``inputs``
+    (prepared here when None) are the data and initial features, ``on_trial(study)`` is called
+    after every trial. Returns why it stopped: ``target``, ``timeout`` or ``space``."""
     import optuna
 
     from geohead.search.storage import count_trials, has_heartbeat, open_storage
@@ -50,14 +52,21 @@ def run_worker(cfg: SearchConfig, worker: int, url: str, deadline: float | None,
     storage = open_storage(url, cfg.heartbeat)
     study = load_worker_study(cfg, storage, worker)
     heartbeat = has_heartbeat(storage)
-    runner: TrialRunner | None = None
+    runner = _runner(cfg, echo, inputs)
+    size = runner.inputs.space.size()
 
     def finished(study: Any, t: Any) -> None:
-        echo(f"[{count_trials(study)['done']}/{cfg.trials}] {trial_line(t)}")
+        if "duplicate_of" not in t.user_attrs:
+            echo(f"[{count_trials(study)['done']}/{cfg.trials}] {trial_line(t)}")
+        if on_trial is not None:
+            on_trial(study)
 
-    while _wants_trial(study, cfg, deadline, heartbeat):
-        if runner is None:
-            runner = _runner(cfg, echo)
+    while True:
+        why = _wants_trial(study, cfg, deadline, heartbeat, size)
+        if why:
+            if why == "space":
+                echo(f"every head of the space ({size}) is measured: the search ends")
+            return why
         study.optimize(runner.objective, n_trials=1, catch=(TrialDiverged, TrialError), callbacks=[finished],
                        gc_after_trial=True)
 
@@ -73,32 +82,45 @@ def _local_worker(cfg: SearchConfig, worker: int, echo: Callable[[str], None]) -
     return cfg, lambda s: echo(prefix + s)
 
 
-def _wants_trial(study: Any, cfg: SearchConfig, deadline: float | None, heartbeat: bool) -> bool:
-    """Whether this worker should start another trial: before the deadline, while the study holds
-    fewer than ``cfg.trials`` finished and running trials or has retries waiting. When the rest
-    are running on other workers (RDB storages), wait for them: a dead worker's trial is failed
-    and retried here."""
+def _wants_trial(study: Any, cfg: SearchConfig, deadline: float | None, heartbeat: bool, size: int) -> str | None:
+    """None when this worker should start another trial (before the deadline, while the study
+    holds fewer than ``cfg.trials`` measured and running heads or has trials waiting, and heads
+    of the space are unmeasured), else why not: ``timeout``, ``space`` or ``target``. When the
+    rest are running on other workers (RDB storages), wait for them: a dead worker's trial is
+    failed and retried here."""
+    from geohead.search.seen import measured_heads
     from geohead.search.storage import count_trials, fail_stale
 
     while True:
         fail_stale(study)
         c = count_trials(study)
         if deadline is not None and time.time() >= deadline:
-            return False
+            return "timeout"
+        if len(measured_heads(study)) >= size:
+            return "space"
         if c["done"] + c["running"] < cfg.trials or c["waiting"]:
-            return True
+            return None
         if not (c["running"] and heartbeat):
-            return False
+            return "target"
         time.sleep(min(2.0, cfg.heartbeat))
 
 
-def _runner(cfg: SearchConfig, echo: Callable[[str], None]) -> TrialRunner:
-    """The worker's trial runner, its inputs prepared (and the space printed)."""
+def _runner(cfg: SearchConfig, echo: Callable[[str], None], inputs: TrialInputs | None = None) -> TrialRunner:
+    """The worker's trial runner, its inputs prepared unless given."""
+    if inputs is None:
+        inputs = prepare_trial_inputs(cfg, echo)
+    return TrialRunner(cfg, inputs, echo)
+
+
+def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> TrialInputs:
+    """:func:`prepare_trial_inputs`, with the space and the time it took printed."""
     t0 = time.perf_counter()
     inputs = prepare_trial_inputs(cfg, echo)
+    rungs = ", ".join(map(str, cfg.rungs)) if cfg.prune and not cfg.multi and cfg.rungs else "none"
     echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
-         f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
-    return TrialRunner(cfg, inputs, echo)
+         f"budget per trial: {cfg.min_steps} to {cfg.max_steps} steps (successive halving by {cfg.reduction_factor} "
+         f"at steps {rungs})\nprepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
+    return inputs
 
 
 def worker_main(cfg_dict: dict[str, Any], worker: int, url: str, deadline: float | None) -> None:
@@ -106,4 +128,4 @@ def worker_main(cfg_dict: dict[str, Any], worker: int, url: str, deadline: float
     run_worker(SearchConfig(**cfg_dict), worker, url, deadline)
 
 
-__all__ = ["echo_stderr", "run_worker", "worker_device", "worker_main"]
+__all__ = ["echo_stderr", "prepare_and_describe", "run_worker", "worker_device", "worker_main"]

@@ -1,0 +1,207 @@
+"""The rows of a search: trials.csv and rungs.csv (writing and reading), and their statistics.
+
+* ``trials.csv``: one row per trial of the study: number, state, objective value(s), the label-free
+  score and kNN accuracies, the seven head dimensions, every screen and trained criterion (at the
+  step the trial stopped: ``steps_trained``), seed, worker, retry/prune/fail/duplicate reasons,
+  seconds per stage.
+* ``rungs.csv``: one row per (trial, successive-halving rung) with the score, its criteria and
+  kNN accuracy at that step: the ranking the pruner decided on.
+
+Parameter importance here is the correlation ratio η² (the share of a column's variance across
+completed trials explained by grouping them by one dimension's value, "n/a" being a value for
+dimensions a depth-1 head does not have): model-free, computed from trials.csv alone.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from geohead.io import atomic_write_text
+from geohead.search.space import DIMENSIONS
+
+TRUTH = "knn_backbone"
+#: Criteria correlated with kNN accuracy in the table and plots (when present), in this order.
+CORRELATED = (
+    "score", "score_rankme", "score_uniformity", "score_compression", "score_conditioning",
+    "rankme_backbone_frac", "std_backbone", "compression", "tangent_invariance", "heff_stable_rank", "heff_condition",
+    "condition_backbone", "rankme_head_frac", "std_head",
+    "screen_head_escape", "screen_m_over_h", "screen_escape_lambda_min", "screen_heff_stable_rank",
+    "screen_heff_condition", "screen_output_condition", "screen_tangent_invariance", "screen_fisher_rank_loss",
+)
+#: Criteria whose spread is over orders of magnitude (plotted on a log axis).
+LOG_SCALE = ("heff_condition", "screen_heff_condition", "screen_output_condition", "condition_backbone",
+             "heff_stable_rank", "screen_heff_stable_rank")
+_FIRST = ("number", "state", "value", "score", "knn_backbone", "knn_head") + DIMENSIONS
+_LAST = ("seed", "worker", "retry_of", "duplicate_of", "pruned_by", "fail_reason", "screen_seconds", "train_seconds",
+         "eval_seconds", "duration_s", "datetime_start")
+
+
+# ---------------------------------------------------------------------- rows
+def trial_rows(study: Any) -> list[dict[str, Any]]:
+    """One dict per trial: the columns of trials.csv (the per-rung measurements go to
+    :func:`rung_rows`)."""
+    rows = []
+    multi = len(study.directions) > 1
+    names = study.user_attrs.get("criteria", [])
+    for t in study.get_trials(deepcopy=False):
+        ua = dict(t.user_attrs)
+        head = ua.pop("head", None) or {}
+        ua.pop("trial", None)
+        ua.pop("rungs", None)
+        row: dict[str, Any] = {"number": t.number, "state": t.state.name}
+        if t.values is not None:
+            if multi:
+                for i, v in enumerate(t.values):
+                    row[f"value_{names[i] if i < len(names) else i}"] = v
+            else:
+                row["value"] = t.values[0]
+        for dim in DIMENSIONS:
+            v = head.get(dim, t.params.get(dim))
+            if head and int(head.get("depth", 2)) == 1 and dim in ("hidden_dim", "activation", "norm"):
+                v = "n/a"
+            row[dim] = "none" if v is None and head else v
+        for k, v in ua.items():
+            row[k] = v
+        row["duration_s"] = t.duration.total_seconds() if t.duration is not None else None
+        row["datetime_start"] = t.datetime_start.isoformat(timespec="seconds") if t.datetime_start else None
+        rows.append(row)
+    return rows
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            seen.setdefault(k, None)
+    keys = list(seen)
+    first = [k for k in _FIRST if k in seen] + sorted(k for k in keys if k.startswith("value_"))
+    last = [k for k in _LAST if k in seen]
+    middle = [k for k in keys if k not in first and k not in last]
+    screen = sorted(k for k in middle if k.startswith("screen_"))
+    rest = [k for k in middle if not k.startswith("screen_")]
+    return first + screen + rest + last
+
+
+def rung_rows(study: Any) -> list[dict[str, Any]]:
+    """One dict per (trial, rung) that a trial measured under successive halving: number, step,
+    the trial's final state and head dimensions, and the criteria at that step (rungs.csv)."""
+    out = []
+    for r, t in zip(trial_rows(study), study.get_trials(deepcopy=False)):
+        for step, crit in sorted(t.user_attrs.get("rungs", {}).items(), key=lambda kv: int(kv[0])):
+            out.append({"number": t.number, "step": int(step), "state": t.state.name,
+                        **{d: r.get(d) for d in DIMENSIONS}, **crit})
+    return out
+
+
+def write_trials_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    """Write ``rows`` (from :func:`trial_rows`) to ``path`` atomically, one column per key (None as empty)."""
+    cols = _columns(rows) if rows else list(_FIRST)
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
+    return atomic_write_text(path, buf.getvalue())
+
+
+def read_trials_csv(path: Path) -> list[dict[str, Any]]:
+    """trials.csv back as dicts, numbers parsed (empty cells are None)."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            rows.append({k: _parse(v) for k, v in r.items()})
+    return rows
+
+
+def _parse(v: str | None) -> Any:
+    if v is None or v == "":
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        return v
+    return int(x) if x.is_integer() and "." not in v and "e" not in v.lower() and "inf" not in v.lower() else x
+
+
+def num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)) else None
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    x = num(v)
+    if x is None:
+        return "-" if v is None else str(v)
+    if x != 0 and (abs(x) >= 1e4 or abs(x) < 1e-3):
+        return f"{x:.2e}"
+    return f"{x:.{digits}f}"
+
+
+def fmt_p(v: Any) -> str:
+    x = num(v)
+    return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+
+
+# ---------------------------------------------------------------------- statistics
+def spearman(xs: Sequence[Any], ys: Sequence[Any]) -> dict[str, Any]:
+    """Spearman ρ, two-sided p-value and n over the pairs where both are finite numbers."""
+    pairs = [(a, b) for a, b in ((num(x), num(y)) for x, y in zip(xs, ys)) if a is not None and b is not None]
+    n = len(pairs)
+    if n < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return {"rho": None, "p": None, "n": n}
+    from scipy.stats import spearmanr
+
+    res = spearmanr([a for a, _ in pairs], [b for _, b in pairs])
+    rho, p = float(res.statistic), float(res.pvalue)
+    return {"rho": rho if math.isfinite(rho) else None, "p": p if math.isfinite(p) else None, "n": n}
+
+
+def unique_complete(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Completed trials, each head once (trials that repeated a head, ``duplicate_of``, left out)."""
+    return [r for r in rows if r.get("state") == "COMPLETE" and r.get("duplicate_of") is None]
+
+
+def correlations(rows: list[dict[str, Any]], truth: str = TRUTH) -> dict[str, dict[str, Any]]:
+    """Spearman correlation of each criterion in :data:`CORRELATED` with ``truth`` over completed
+    trials, each head once."""
+    done = unique_complete(rows)
+    out = {}
+    for c in CORRELATED:
+        if any(num(r.get(c)) is not None for r in done):
+            out[c] = spearman([r.get(c) for r in done], [r.get(truth) for r in done])
+    return out
+
+
+def rung_correlations(rungs: list[dict[str, Any]], truth: str = TRUTH) -> dict[str, dict[str, Any]]:
+    """Spearman correlation of the score with ``truth`` at each rung step (str), over every trial
+    measured there: the ranking successive halving decided on."""
+    steps = sorted({int(r["step"]) for r in rungs})
+    return {str(s): spearman([r.get("score") for r in rungs if r["step"] == s],
+                             [r.get(truth) for r in rungs if r["step"] == s]) for s in steps}
+
+
+def importances(rows: list[dict[str, Any]], target: str) -> dict[str, float]:
+    """η² of ``target`` grouped by each head dimension, over completed trials (see the module docstring)."""
+    done = [r for r in unique_complete(rows) if num(r.get(target)) is not None]
+    if len(done) < 3:
+        return {}
+    ys = [float(r[target]) for r in done]
+    mean = sum(ys) / len(ys)
+    total = sum((y - mean) ** 2 for y in ys)
+    out = {}
+    for dim in DIMENSIONS:
+        groups: dict[str, list[float]] = {}
+        for r, y in zip(done, ys):
+            groups.setdefault(str(r.get(dim)), []).append(y)
+        if len(groups) < 2 or total == 0:
+            out[dim] = 0.0
+            continue
+        between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups.values())
+        out[dim] = between / total
+    return out
+
+
+__all__ = ["CORRELATED", "LOG_SCALE", "TRUTH", "correlations", "fmt", "fmt_p", "importances", "num", "read_trials_csv", "rung_correlations",
+           "rung_rows", "spearman", "trial_rows", "unique_complete", "write_trials_csv"]
