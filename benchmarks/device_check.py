@@ -384,7 +384,8 @@ def part_search(sizes: Sizes, device: torch.device, out: Path, data_dir: Path, t
 
         best["head_desc"] = HeadSpec.from_dict(best["head"]).describe()
     return {"command_equivalent": _search_command(cfg), "data": data, "test": test, "data_note": note,
-            "backbone": cfg.backbone or "resnet18_w16", "steps_per_trial": cfg.steps, "batch_size": cfg.batch_size,
+            "backbone": cfg.backbone or "resnet18_w16", "batch_size": cfg.batch_size,
+            **{k: getattr(cfg, k) for k in ("steps", "min_steps", "max_steps") if hasattr(cfg, k)},
             "timeout_s": timeout, "wall_s": round(wall, 1), "trials": s["trials"], "spearman": s["spearman"],
             "trial_seconds": s.get("trial_seconds"), "best": {k: best.get(k) for k in ("number", "score", "knn_backbone", "head_desc", "head")},
             "out": str(out / "search"),
