@@ -67,6 +67,10 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     assert summary["plots"] == ["criteria_vs_knn.png", "pareto_front.png", "param_importances.png"]
     assert summary["spearman"]["n"] == len(done) and set(summary["trials"]) >= {"complete", "pruned", "failed"}
     assert "Spearman" in res.table and "top heads" in res.table
+    # Barlow Twins: Thm 4.1's premise fails, the escape criterion is off and the output says why
+    assert summary["escape_criterion"]["on"] is False and "premise fails for barlow" in summary["escape_criterion"]["reason"]
+    assert "escape criterion OFF: Thm 4.1's premise fails for barlow: its Hessian is indefinite" in res.table
+    assert all(r["constraint"] == 0 for r in rows if r["state"] == "COMPLETE")
 
     # the same command again: the study already holds 3 finished trials, nothing runs
     before = load(out).trials

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from geohead.cli import main
 from geohead.heads import GeometricHead, HeadSpec
-from geohead.search.criteria import geometric_score, score_components
+from geohead.search.score import SCORE_WEIGHTS, geometric_score, score_components
 from geohead.search.plots import _pareto, write_search_plots
 from geohead.search.results import importances, read_trials_csv, spearman
 from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
@@ -111,16 +111,20 @@ def test_cli_rejects_bad_input_with_exit_code_2_and_no_traceback(args, match, tm
 
 # ---------------------------------------------------------------------- score
 def test_score_transforms_on_known_values() -> None:
-    # RankMe 16 of d = 256: log 16 / log 256 = 0.5; compression 3 -> 3/4
-    crit = {"rankme_backbone": 16.0, "dim_backbone": 256.0, "std_backbone": 0.5, "compression": 3.0, "heff_isotropy": 0.25}
+    # RankMe 16 of d = 256: log 16 / log 256 = 0.5; local invariance 1/3 -> 3/4; 3 of 12 tangent
+    # directions lost -> 0.25
+    crit = {"rankme_backbone": 16.0, "dim_backbone": 256.0, "std_backbone": 0.5, "local_invariance": 1 / 3,
+            "fisher_soft_rank_loss": 3.0, "fisher_tangent_rank": 12.0, "heff_isotropy": 0.25, "compression": 7.0}
     comps = score_components(crit)
-    assert comps == pytest.approx({"rankme": 0.5, "uniformity": 0.5, "compression": 0.75, "conditioning": 0.25})
-    assert geometric_score(crit) == pytest.approx((0.5 + 0.5 + 0.75 + 0.25) / 4)
-    assert geometric_score(crit, {"rankme": 1.0, "compression": 3.0}) == pytest.approx((0.5 + 3 * 0.75) / 4)
+    assert comps == pytest.approx({"rankme": 0.5, "uniformity": 0.5, "invariance": 0.75, "fisher": 0.25,
+                                   "conditioning": 0.25})
+    w = SCORE_WEIGHTS
+    assert geometric_score(crit) == pytest.approx(sum(w[k] * comps[k] for k in w) / sum(w.values()))
+    assert geometric_score(crit, {"rankme": 1.0, "invariance": 3.0}) == pytest.approx((0.5 + 3 * 0.75) / 4)
     # undefined values count as worst, values beyond the range are clipped
     bad = score_components({"rankme_backbone": 0.0, "dim_backbone": 256.0, "std_backbone": 2.0,
-                            "compression": float("nan"), "heff_isotropy": float("nan")})
-    assert bad == {"rankme": 0.0, "uniformity": 1.0, "compression": 0.0, "conditioning": 0.0}
+                            "local_invariance": float("nan"), "heff_isotropy": float("nan")})
+    assert bad == {"rankme": 0.0, "uniformity": 1.0, "invariance": 0.0, "fisher": 0.0, "conditioning": 0.0}
     assert score_components({"rankme_backbone": 300.0, "dim_backbone": 256.0})["rankme"] == 1.0
 
 

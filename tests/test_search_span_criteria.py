@@ -1,5 +1,6 @@
 """The search's trained criteria record the local invariance ratio and the soft Fisher rank
-(geohead.geometry.span) beside the old columns, without entering the score (issue 14)."""
+(geohead.geometry.span) beside the old columns (issue 14); the score uses them in place of the
+global orbit compression (issue 15)."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,8 @@ from torch import nn
 
 from geohead.data import load_dataset
 from geohead.heads import GeometricHead
-from geohead.search.criteria import EvalInputs, _orbit_criteria, geometric_score
+from geohead.search.criteria import EvalInputs, _orbit_criteria
+from geohead.search.score import geometric_score, score_components
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,4 +27,9 @@ def test_orbit_criteria_record_local_invariance_and_soft_fisher_rank() -> None:
     assert 1 <= out["fisher_effective_rank"] and out["fisher_soft_rank_loss"] >= 0
     base = {"rankme_backbone": 5.0, "dim_backbone": 32.0, "std_backbone": 0.5, "heff_isotropy": 0.3,
             "compression": out["compression"]}
-    assert geometric_score({**base, **out}) == geometric_score(base)  # recorded, not scored
+    assert 1 <= out["fisher_tangent_rank"] and out["fisher_soft_rank_loss"] <= out["fisher_tangent_rank"]
+    comps = score_components({**base, **out})
+    assert comps["invariance"] == pytest.approx(1 / (1 + out["local_invariance"]))
+    assert comps["fisher"] == pytest.approx(out["fisher_soft_rank_loss"] / out["fisher_tangent_rank"])
+    # the global compression is recorded, not scored
+    assert geometric_score({**base, **out, "compression": 100.0}) == geometric_score({**base, **out})

@@ -10,8 +10,9 @@ between the label-free score and kNN accuracy across trials is the evidence that
 predicts quality.
 
 Modules: :mod:`~geohead.search.config` (settings and their checks), :mod:`~geohead.search.space`
-(the space, ``--fix``/``--range``), :mod:`~geohead.search.criteria` (screen, trained criteria,
-score), :mod:`~geohead.search.inputs` (what a worker's trials share, prepared once),
+(the space, ``--fix``/``--range``), :mod:`~geohead.search.criteria` (screen, trained criteria),
+:mod:`~geohead.search.score` (the label-free score and its weights),
+:mod:`~geohead.search.escape` (the escape criterion where Thm 4.1's premise holds), :mod:`~geohead.search.inputs` (what a worker's trials share, prepared once),
 :mod:`~geohead.search.trial` (one trial), :mod:`~geohead.search.seen` (heads already measured),
 :mod:`~geohead.search.study` (study, sampler, successive halving),
 :mod:`~geohead.search.storage` (storages, their checks, heartbeats, retries),
@@ -27,13 +28,14 @@ matplotlib load only when a search runs or plots are drawn.
 from __future__ import annotations
 
 from geohead.search.config import SearchConfig, SearchError
-from geohead.search.criteria import SCORE_CRITERIA, TrialDiverged, geometric_score, score_components
+from geohead.search.criteria import TrialDiverged
 from geohead.search.plots import PLOTS, write_search_plots
 from geohead.search.runner import SearchResult, run_search
+from geohead.search.score import SCORE_CRITERIA, SCORE_WEIGHTS, geometric_score, score_components
 from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
 
 __all__ = [
-    "DIMENSIONS", "PLOTS", "SCORE_CRITERIA", "SearchConfig", "SearchError", "SearchResult", "SearchSpace",
+    "DIMENSIONS", "PLOTS", "SCORE_CRITERIA", "SCORE_WEIGHTS", "SearchConfig", "SearchError", "SearchResult", "SearchSpace",
     "SpaceError", "TrialDiverged", "geometric_score", "parse_constraints", "run_search", "score_components",
     "write_search_plots",
 ]

@@ -58,8 +58,9 @@ class SearchConfig:
             normalised criteria; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
         probe_train, probe_test, orbit_images, families, screen_batch: sizes of the measurements.
-        prune: the screen and successive halving on (off: every trial trains ``max_steps``); prune_stable_rank: H_eff stable rank at the real
-            features below which a head that cannot escape collapse is pruned at the screen.
+        prune: the screen's escape constraint (where Thm 4.1's premise holds: see
+            :mod:`geohead.search.escape`) and successive halving on (off: every trial trains
+            ``max_steps``).
         heartbeat: seconds between heartbeats of a running trial (RDB storages).
         keep_checkpoints: keep every trial's last.ckpt (default: deleted once the trial is measured;
             ``geohead train --head best_head.json`` retrains the winner at full length).
@@ -99,7 +100,6 @@ class SearchConfig:
     families: tuple[str, ...] = DEFAULT_FAMILIES
     screen_batch: int = 256
     prune: bool = True
-    prune_stable_rank: float = 2.0
     heartbeat: int = 20
     keep_checkpoints: bool = False
     progress: bool = True
@@ -143,7 +143,7 @@ class SearchConfig:
         keys = ("objective", "data", "test", "n_train", "img_size", "backbone", "min_steps", "max_steps",
                 "reduction_factor", "batch_size", "seed",
                 "score", "multi", "fix", "ranges", "overrides", "probe_train", "probe_test", "orbit_images",
-                "families", "screen_batch", "prune", "prune_stable_rank")
+                "families", "screen_batch", "prune")
         d = dataclasses.asdict(self)
         return {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keys}
 

@@ -27,23 +27,16 @@ Trained criteria (:func:`trained_criteria`), on frozen features of held-out imag
 backbone RankMe (``rankme_backbone``, and divided by d), std of normalised backbone/head
 features relative to the healthy 1/√width, within-rank condition number of the backbone
 features, orbit compression through the head (width- and scale-invariant ``relative`` formula,
-geometric mean over the families) with tangent invariance and Fisher-rank loss (recorded beside
-them, not scored: ``local_invariance``, the tangent gain over the between-image gain within the
-backbone's effective span, and ``fisher_effective_rank`` / ``fisher_soft_rank_loss``, the soft
-Fisher rank; :mod:`geohead.geometry.span`), H_eff at the
+geometric mean over the families; recorded, not scored) with tangent invariance and Fisher-rank
+loss, ``local_invariance`` (the tangent gain over the between-image gain within the backbone's
+effective span) and ``fisher_effective_rank`` / ``fisher_soft_rank_loss`` / ``fisher_tangent_rank``
+(the soft Fisher rank; :mod:`geohead.geometry.span`; these two enter the score), H_eff at the
 trained features of two views (stable rank and isotropy, λ_min, λ_max, within-rank condition
 number), and, where the data has labels, kNN accuracy of backbone and head features (the ground
 truth, never in the default score).
 
-The label-free score (:func:`geometric_score`) is the mean of four criteria, each mapped to
-[0, 1] by a fixed transform (fixed, so a trial's score never depends on the other trials; see
-:func:`score_components`):
-
-    rankme        log RankMe(backbone) / log d          effective dimension of the features
-    uniformity    min(1, std(normalised backbone)·√d)   spread over the sphere (1 = healthy)
-    compression   c / (1 + c),  c = orbit compression    the head, not the backbone, absorbs
-                                                         the augmentations (guillotine)
-    conditioning  log stable rank(H_eff) / log(B·d)      curvature spread over many directions
+The label-free score of these criteria is :mod:`geohead.search.score`; the escape criterion (a
+constraint where Thm 4.1's premise holds) is :mod:`geohead.search.escape`.
 """
 from __future__ import annotations
 
@@ -63,8 +56,6 @@ DEFAULT_FAMILIES: tuple[str, ...] = ("crop", "hue", "saturation")
 #: Samples of the feature batch on which H_eff's spectrum is taken (its dimension is B·d, and a
 #: product costs a double backward through the head on B samples).
 H_EFF_BATCH = 64
-#: The four label-free criteria of the default score, with their [0, 1] transforms.
-SCORE_CRITERIA: tuple[str, ...] = ("rankme", "uniformity", "compression", "conditioning")
 
 
 class TrialDiverged(RuntimeError):
@@ -218,19 +209,6 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     return _finite(out, "screen")
 
 
-def screen_verdict(crit: dict[str, float], min_stable_rank: float) -> str | None:
-    """Why a candidate is pruned before training, or None: it cannot escape collapse (no negative
-    curvature of H_eff at the collapsed state) *and* its H_eff at the real features is badly
-    conditioned (stable rank below ``min_stable_rank``: the curvature sits in about that many
-    directions of B·d, or could not be computed)."""
-    stuck = crit.get("screen_escape_negative", 1.0) == 0
-    sr = crit.get("screen_heff_stable_rank", float("nan"))
-    bad = not math.isfinite(sr) or sr < min_stable_rank
-    if stuck and bad:
-        return f"screen: no negative curvature at collapse and H_eff stable rank {sr:.3g} < {min_stable_rank:.3g}"
-    return None
-
-
 # ---------------------------------------------------------------------- trained criteria
 @dataclasses.dataclass
 class EvalInputs:
@@ -325,7 +303,7 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
         return to_device(x01).cpu()
 
     out: dict[str, float] = {}
-    comps, invs, lost, local, erank, soft = [], [], 0, [], [], 0.0
+    comps, invs, lost, local, erank, soft, trank = [], [], 0, [], [], 0.0, 0
     nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
     for name in inputs.families:
         fam = ORBIT_FAMILIES[name]
@@ -340,12 +318,13 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
         ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
         invs.append(ti.invariance)
         lost += ti.fisher_rank_loss
-        if nt >= 2:  # recorded, not scored (issue 14): gains within the span of all the family's views
+        if nt >= 2:  # gains within the span of all the family's views (geohead.geometry.span)
             li = local_invariance(head, z, v, between_image_directions(few), span=effective_span(orb.backbone.flatten(0, 1)))
             if math.isfinite(li.ratio):  # 0/0 for a head dead on the data: not recorded
                 local.append(li.ratio)
             erank.append(li.fisher_effective_rank)
             soft += li.fisher_soft_rank_loss
+            trank += li.tangent_rank
     if comps:
         out["compression"] = math.exp(sum(math.log(max(c, 1e-12)) for c in comps) / len(comps))
     if invs:
@@ -356,6 +335,7 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
     if erank:
         out["fisher_effective_rank"] = sum(erank) / len(erank)
         out["fisher_soft_rank_loss"] = soft
+        out["fisher_tangent_rank"] = float(trank)  # Σ r: the soft loss as a fraction of the tangent directions
     return out
 
 
@@ -384,43 +364,5 @@ def _knn_criteria(fb_tr: Tensor, fh_tr: Tensor, fb_te: Tensor, fh_te: Tensor, in
             "knn_head": knn_accuracy(fh_tr, inputs.train_labels, fh_te, inputs.test_labels, **kw)}
 
 
-def score_components(crit: dict[str, float]) -> dict[str, float]:
-    """The four label-free criteria of the default score, each mapped to [0, 1] (larger = better).
-
-    * ``rankme``: log RankMe / log d, the normalised entropy of the backbone features' singular
-      values (RankMe = exp(entropy), Garrido et al. 2023): 0 = one direction, 1 = all d equal;
-    * ``uniformity``: min(1, std of L2-normalised backbone features · √d) (1 = spread like an
-      isotropic cloud, 0 = complete collapse; Chen & He 2021);
-    * ``compression``: c / (1 + c) with c the width-invariant orbit compression through the head
-      (0.5 = the head keeps orbits as they are in the backbone, → 1 = it shrinks them away);
-    * ``conditioning``: log(stable rank of H_eff) / log(B·d) at the trained features
-      (:func:`heff_conditioning`; 0 when it could not be computed).
-    Undefined inputs count as 0.
-    """
-    def unit(x: float) -> float:
-        return min(1.0, max(0.0, x)) if math.isfinite(x) else 0.0
-
-    rm = crit.get("rankme_backbone", float("nan"))
-    d = crit.get("dim_backbone", float("nan"))
-    comp = crit.get("compression", float("nan"))
-    return {
-        "rankme": unit(math.log(rm) / math.log(d)) if rm > 0 and d > 1 else 0.0,
-        "uniformity": unit(crit.get("std_backbone", float("nan"))),
-        "compression": unit(comp / (1.0 + comp)) if comp >= 0 else 0.0,
-        "conditioning": unit(crit.get("heff_isotropy", float("nan"))),
-    }
-
-
-def geometric_score(crit: dict[str, float], weights: dict[str, float] | None = None) -> float:
-    """The label-free score: weighted mean of :func:`score_components` (equal weights by default)."""
-    comps = score_components(crit)
-    w = weights or {k: 1.0 for k in SCORE_CRITERIA}
-    total = sum(w.values())
-    return sum(w[k] * comps[k] for k in w) / total
-
-
-__all__ = [
-    "DEFAULT_FAMILIES", "EvalInputs", "SCORE_CRITERIA", "ScreenInputs", "TrialDiverged", "build_head",
-    "calibrate_batchnorm", "geometric_score", "score_components", "screen", "screen_verdict",
-    "trained_criteria",
-]
+__all__ = ["DEFAULT_FAMILIES", "EvalInputs", "ScreenInputs", "TrialDiverged", "build_head", "calibrate_batchnorm",
+           "heff_conditioning", "screen", "trained_criteria"]

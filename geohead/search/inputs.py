@@ -3,8 +3,8 @@
 The training data and its probe splits, the training config every trial starts from, the initial
 backbone (exactly as :func:`geohead.train.train` builds it: the common seed, built first) with its
 BatchNorm calibrated on two views of a batch and its features of those views, tangents of a few
-orbits, the collapsed state around the real feature mean, and the search space scaled to the
-backbone's feature dimension d.
+orbits, the collapsed state around the real feature mean, whether Thm 4.1's premise holds there
+(:mod:`geohead.search.escape`), and the search space scaled to the backbone's feature dimension d.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from geohead.heads import HeadSpec
 from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, base_train_config
 from geohead.search.criteria import EvalInputs, ScreenInputs, calibrate_batchnorm
+from geohead.search.escape import EscapePremise, escape_premise
 from geohead.search.space import SearchSpace, parse_constraints
 
 #: Orbits whose tangents the screen (2) and the trained criteria (8) use (5 tangents each with the
@@ -41,6 +42,7 @@ class TrialInputs:
         screen_inputs: what the screen at init needs.
         eval_inputs: what the trained criteria need.
         space: the search space, ``--fix``/``--range`` applied.
+        premise: Thm 4.1's premise for the objective (whether the escape criterion is on).
     """
 
     device: torch.device
@@ -49,6 +51,7 @@ class TrialInputs:
     screen_inputs: ScreenInputs
     eval_inputs: EvalInputs
     space: SearchSpace
+    premise: EscapePremise
 
     @property
     def in_dim(self) -> int:
@@ -97,7 +100,9 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     )
     fixed, ranged = parse_constraints(cfg.fix, cfg.ranges)
     space = SearchSpace.default(in_dim).constrain(fixed, ranged)
-    return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space)
+    premise = escape_premise(cfg.objective, init.objective, init.head_spec, init.z1, screen_inputs.collapsed,
+                             screen_inputs.predictor_spec, cfg.seed, COLLAPSED_SPREAD)
+    return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space, premise)
 
 
 def _training_data(cfg: SearchConfig) -> Any:

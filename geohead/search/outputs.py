@@ -43,14 +43,15 @@ def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], va
     done.sort(key=lambda r: -float(r[value_key]))
     lines = [f"top heads (by {value_key}):"]
     hdr = (f"{'trial':>5}  {'depth':>5} {'hidden':>6} {'out':>5} {'act':>8} {'norm':>5} {'last':>14} {'whiten':>6}  "
-           f"{'score':>6} {'kNN':>6} {'rankme':>6} {'unif':>6} {'comp':>6} {'cond':>6}")
+           f"{'score':>6} {'kNN':>6} {'rankme':>6} {'unif':>6} {'inv':>6} {'fisher':>6} {'cond':>6}")
     lines.append(hdr)
     for r in done[:top]:
         lines.append(
             f"{r['number']:>5}  {str(r.get('depth')):>5} {str(r.get('hidden_dim')):>6} {str(r.get('out_dim')):>5} "
             f"{str(r.get('activation')):>8} {str(r.get('norm')):>5} {str(r.get('last_norm')):>14} {str(r.get('whiten')):>6}  "
             f"{fmt(r.get('score')):>6} {fmt(r.get('knn_backbone')):>6} {fmt(r.get('score_rankme')):>6} "
-            f"{fmt(r.get('score_uniformity')):>6} {fmt(r.get('score_compression')):>6} {fmt(r.get('score_conditioning')):>6}")
+            f"{fmt(r.get('score_uniformity')):>6} {fmt(r.get('score_invariance')):>6} {fmt(r.get('score_fisher')):>6} "
+            f"{fmt(r.get('score_conditioning')):>6}")
     if not done:
         lines.append("  (no completed trial)")
     lines.append("")
@@ -64,9 +65,11 @@ def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], va
 
 
 def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped: str = "target",
-                  dashboard: str = "") -> tuple[dict[str, Any], str]:
+                  dashboard: str = "", premise: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
     """Write trials.csv, rungs.csv, best_head.json, the plots, search.json and table.txt; return
-    (summary, table). ``stopped``: why the search ended; ``dashboard``: the optuna-dashboard command."""
+    (summary, table). ``stopped``: why the search ended; ``dashboard``: the optuna-dashboard
+    command; ``premise``: :meth:`EscapePremise.to_dict` (whether the escape criterion was on)."""
+    from geohead.search.score import SCORE_WEIGHTS
     from geohead.search.storage import count_trials
 
     out = Path(cfg.out_dir)
@@ -90,6 +93,8 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
                    "pruned_at_screen": sum(1 for r in rows if str(r.get("pruned_by", "")).startswith("screen")),
                    "pruned_at_rung": sum(1 for r in rows if str(r.get("pruned_by", "")).startswith("successive"))},
         "stopped_by": stopped,
+        "escape_criterion": premise,
+        "score_weights": dict(SCORE_WEIGHTS) if not multi and cfg.score == "geometry" else None,
         "budget": {"min_steps": cfg.min_steps, "max_steps": cfg.max_steps, "reduction_factor": cfg.reduction_factor,
                    "rungs": list(cfg.rungs) if cfg.prune and not multi else []},
         "spearman": corr.get("score", {"rho": None, "p": None, "n": 0}),
@@ -132,6 +137,9 @@ def _headline(summary: dict[str, Any], best_path: Path, max_steps: int) -> str:
             f"({counts['pruned_at_screen']} at the screen, {counts['pruned_at_rung']} by successive halving), "
             f"{counts['failed']} failed; {counts['duplicates']} trial(s) drew a measured head (not trained, not counted); "
             f"stopped: {why}; wall time {summary['wall_time_s']:.0f} s")
+    if summary.get("escape_criterion"):
+        esc = summary["escape_criterion"]
+        head += f"\nescape criterion {'ON' if esc['on'] else 'OFF'}: {esc['reason']}"
     if best is not None:
         head += (f"\nbest trial {best['number']}: {HeadSpec.from_dict(best['head']).describe()}; "
                  f"score {fmt(best['score'])}, kNN {fmt(best['knn_backbone'])} -> {best_path}")

@@ -9,6 +9,7 @@ from typing import Any
 from geohead.search.results import (
     CORRELATED, LOG_SCALE, TRUTH, fmt_p, importances, num, read_trials_csv, spearman, unique_complete,
 )
+from geohead.search.score import SCORE_CRITERIA
 from geohead.search.space import DIMENSIONS
 
 PLOTS = ("criteria_vs_knn.png", "pareto_front.png", "param_importances.png")
@@ -83,29 +84,32 @@ def _pareto(points: list[tuple[float, ...]]) -> list[int]:
 
 
 def _plot_pareto(done: list[dict[str, Any]]):
-    keys = ("score_rankme", "score_uniformity", "score_compression", "score_conditioning")
+    keys = [f"score_{c}" for c in SCORE_CRITERIA]
+    if not any(all(num(r.get(k)) is not None for k in keys) for r in done):  # a study of an earlier version
+        keys = ["score_rankme", "score_uniformity", "score_compression", "score_conditioning"]
     rows = [r for r in done if all(num(r.get(k)) is not None for k in keys)]
     if len(rows) < 2:
         return None
+    xkey = "score_invariance" if "score_invariance" in keys else "score_compression"
     pts = [tuple(float(r[k]) for k in keys) for r in rows]
     front = set(_pareto(pts))
     fig = _figure(6.0, 4.6)
     ax = fig.add_subplot(1, 1, 1)
-    x = [float(r["score_compression"]) for r in rows]
+    x = [float(r[xkey]) for r in rows]
     y = [float(r["score_rankme"]) for r in rows]
     knn = [num(r.get(TRUTH)) for r in rows]
     has_knn = all(k is not None for k in knn)
     sc = ax.scatter(x, y, c=knn if has_knn else "C0", cmap="viridis", s=28, edgecolors="none")
     fx = [x[i] for i in sorted(front)]
     fy = [y[i] for i in sorted(front)]
-    ax.scatter(fx, fy, s=90, facecolors="none", edgecolors="C3", linewidths=1.2, label="Pareto-optimal (4 criteria)")
+    ax.scatter(fx, fy, s=90, facecolors="none", edgecolors="C3", linewidths=1.2, label=f"Pareto-optimal ({len(keys)} criteria)")
     front2 = sorted(_pareto([(a, b) for a, b in zip(x, y)]), key=lambda i: x[i])
     ax.plot([x[i] for i in front2], [y[i] for i in front2], color="C3", lw=1, ls="--", label="front in this plane")
     for i in sorted(front):
         ax.annotate(str(rows[i]["number"]), (x[i], y[i]), fontsize=7, xytext=(3, 3), textcoords="offset points")
     if has_knn:
         fig.colorbar(sc, ax=ax, label="backbone kNN accuracy")
-    ax.set_xlabel("orbit compression criterion c/(1+c)")
+    ax.set_xlabel("local invariance criterion 1/(1+ratio)" if xkey == "score_invariance" else "orbit compression criterion c/(1+c)")
     ax.set_ylabel("backbone RankMe / d")
     ax.legend(fontsize=7, loc="best")
     ax.set_title("label-free criteria: Pareto front", fontsize=10)

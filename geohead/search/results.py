@@ -25,8 +25,9 @@ from geohead.search.space import DIMENSIONS
 TRUTH = "knn_backbone"
 #: Criteria correlated with kNN accuracy in the table and plots (when present), in this order.
 CORRELATED = (
-    "score", "score_rankme", "score_uniformity", "score_compression", "score_conditioning",
-    "rankme_backbone_frac", "std_backbone", "compression", "tangent_invariance", "heff_stable_rank", "heff_condition",
+    "score", "score_rankme", "score_uniformity", "score_invariance", "score_fisher", "score_conditioning",
+    "rankme_backbone_frac", "std_backbone", "local_invariance", "fisher_effective_rank", "fisher_soft_rank_loss",
+    "compression", "tangent_invariance", "heff_stable_rank", "heff_condition",
     "condition_backbone", "rankme_head_frac", "std_head",
     "screen_head_escape", "screen_m_over_h", "screen_escape_lambda_min", "screen_heff_stable_rank",
     "screen_heff_condition", "screen_output_condition", "screen_tangent_invariance", "screen_fisher_rank_loss",

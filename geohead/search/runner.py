@@ -98,7 +98,8 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
         bar.close()
     study = optuna.load_study(study_name=cfg.study_name, storage=storage)
     dashboard = dashboard_command(url)
-    summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard)
+    summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
+                                   premise=inputs.premise.to_dict())
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)

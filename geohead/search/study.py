@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from geohead.search.config import SearchConfig, SearchError
-from geohead.search.criteria import SCORE_CRITERIA
+from geohead.search.score import SCORE_CRITERIA
 
 
 def quiet_optuna() -> None:

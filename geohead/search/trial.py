@@ -37,15 +37,12 @@ from typing import Any, Callable
 
 from geohead.heads import HeadSpec
 from geohead.search.config import SearchConfig
-from geohead.search.criteria import (
-    SCORE_CRITERIA, TrialDiverged, geometric_score, score_components, screen, screen_verdict, trained_criteria,
-)
+from geohead.search.criteria import TrialDiverged, screen, trained_criteria
+from geohead.search.escape import screen_verdict
+from geohead.search.score import SCORE_CRITERIA, geometric_score, score_components
 from geohead.search.inputs import TrialInputs
 from geohead.search.seen import head_key, measured_heads, unmeasured_params
 
-#: Criteria kept per rung in the ``rungs`` user attribute (rungs.csv): the score, its parts, kNN.
-RUNG_KEYS = ("score", "knn_backbone", "knn_head", "rankme_backbone_frac", "std_backbone", "compression",
-             "tangent_invariance", "heff_stable_rank", "heff_isotropy")
 
 
 class TrialError(RuntimeError):
@@ -111,8 +108,9 @@ class TrialRunner:
         return spec, retry_of
 
     def _screen(self, trial: Any, spec: HeadSpec) -> None:
-        """Screen ``spec`` at init and record the criteria; prune it (single-objective studies with
-        pruning on) when it can neither escape collapse nor has a well-conditioned H_eff."""
+        """Screen ``spec`` at init and record the criteria and the escape constraint; prune it
+        (single-objective studies with pruning on) when Thm 4.1's premise holds and it cannot
+        escape collapse (:mod:`geohead.search.escape`)."""
         import optuna
 
         try:
@@ -121,7 +119,8 @@ class TrialRunner:
             raise _fail(trial, str(exc)) from None
         for k, v in crit.items():
             trial.set_user_attr(k, v)
-        verdict = screen_verdict(crit, self.cfg.prune_stable_rank)
+        verdict = screen_verdict(crit, self.inputs.premise)
+        trial.set_user_attr("constraint", 1.0 if verdict else 0.0)
         if verdict and self.cfg.prune and not self.cfg.multi:
             trial.set_user_attr("pruned_by", verdict)
             raise optuna.TrialPruned(verdict)
@@ -181,7 +180,7 @@ class TrialRunner:
             crit, comps = self._measure(trial, info.model, info.teacher, info.objective)
             value = self._value(crit, comps)
             rungs = dict(trial.user_attrs.get("rungs", {}))
-            rungs[str(info.step)] = {k: crit.get(k) for k in RUNG_KEYS if k in crit}
+            rungs[str(info.step)] = {**crit, **{f"score_{k}": v for k, v in comps.items()}}
             trial.set_user_attr("rungs", rungs)
             trial.set_user_attr("steps_trained", info.step)
             trial.report(value, info.step)

@@ -116,10 +116,14 @@ def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     """:func:`prepare_trial_inputs`, with the space and the time it took printed."""
     t0 = time.perf_counter()
     inputs = prepare_trial_inputs(cfg, echo)
-    rungs = ", ".join(map(str, cfg.rungs)) if cfg.prune and not cfg.multi and cfg.rungs else "none"
+    if cfg.prune and not cfg.multi and cfg.rungs:
+        budget = (f"{cfg.min_steps} to {cfg.max_steps} steps (successive halving: the best 1/{cfg.reduction_factor} "
+                  f"go on at step{'s' if len(cfg.rungs) > 1 else ''} {', '.join(map(str, cfg.rungs))})")
+    else:
+        budget = f"{cfg.max_steps} steps (no successive halving)"
     echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
-         f"budget per trial: {cfg.min_steps} to {cfg.max_steps} steps (successive halving by {cfg.reduction_factor} "
-         f"at steps {rungs})\nprepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
+         f"budget per trial: {budget}\n{inputs.premise.describe()}\n"
+         f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
     return inputs
 
 

@@ -1,0 +1,350 @@
+"""Does the head `geohead search` finds train a better backbone at full budget? (issue 15, item 4)
+
+For each objective, on CIFAR-10 (../shared/data: the 10k training images -> the 10k test images):
+
+1. the search: ``run_search`` on the training images, label-free score (the default settings
+   and budget, or ``--search-timeout``), probe test images from the test file;
+2. full-budget training (``--epochs`` of the search's backbone, resnet18_w16 by default, with the
+   search's own training settings: seed, views, optimiser, warm-up fraction; only longer) of
+   * ``found``: the search's best head (``best_head.json``), with every ``--seeds``;
+   * ``published``: the method's preset with ReLU (the paper's head), with every ``--seeds``;
+   * ``preset_silu``: the same preset with SiLU;
+   * ``best_deep``: the best-scored completed head of depth >= 2;
+   * ``top_i``: the search's top ``--top-k`` distinct heads (completed trials by score, then
+     pruned ones by the rung they reached and their score there);
+   the preset's widths are the shapes recipe's (narrowed for the CPU) at scales smoke/cpu and the
+   paper's at scale full (``--published-widths``);
+3. backbone kNN (k=20, T=0.07) and linear-probe accuracy of each run on the test file, wall time;
+4. the table: found vs published (mean over seeds, the difference in linear-probe points), the
+   Spearman correlation between the search's ranking (and its score at the first rung) and
+   full-budget kNN over the re-trained top-k heads, and the same for every recorded criterion,
+   so a criterion that misled shows as a negative ρ.
+
+Goals (issue 15): found >= published + 1 point of linear probe on both objectives; ρ >= 0.6.
+
+Scales: ``smoke`` (a tiny search and 1-epoch runs on 512 images, ~2 minutes: checks the
+pipeline), ``cpu`` (the real data, ``--epochs`` default 20, one seed, top 4), ``full`` (the
+issue's specification: barlow and simclr, 20 epochs, seeds 0 and 1, top 8, paper widths). Any
+flag overrides its scale's default. Results are written after every run to OUT/results.json and
+OUT/table.md; a rerun skips the runs (and the search) already finished, and ``--time-budget``
+stops starting new runs after that many seconds, so a partial run still reports what it measured.
+
+Run: ``python benchmarks/search_transfer.py --scale cpu --objective barlow --time-budget 2400``
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+SCALES: dict[str, dict[str, Any]] = {
+    "smoke": {"objectives": ["barlow"], "epochs": 1, "seeds": [0], "top_k": 2, "n_train": 512, "n_test": 256,
+              "published_widths": "recipe", "search": {"n_train": 512, "batch_size": 64, "steps": 2, "probe_train": 128,
+                                                         "probe_test": 64, "orbit_images": 8, "families": ("hue",),
+                                                         "screen_batch": 64, "trials": 3, "timeout": None}},
+    "cpu": {"objectives": ["barlow"], "epochs": 20, "seeds": [0], "top_k": 4, "n_train": None, "n_test": None,
+            "published_widths": "recipe", "search": {}},
+    "full": {"objectives": ["barlow", "simclr"], "epochs": 20, "seeds": [0, 1], "top_k": 8, "n_train": None,
+             "n_test": None, "published_widths": "paper", "search": {}},
+}
+#: Criteria whose search-time value is correlated with full-budget kNN over the re-trained heads.
+CRITERIA = ("score", "score_rankme", "score_uniformity", "score_invariance", "score_fisher", "score_conditioning",
+            "rankme_backbone_frac", "std_backbone", "compression", "tangent_invariance", "local_invariance",
+            "fisher_effective_rank", "fisher_soft_rank_loss", "heff_stable_rank", "screen_head_escape",
+            "screen_heff_stable_rank", "knn_backbone")
+
+
+# ---------------------------------------------------------------------- the search
+def run_the_search(objective: str, out: Path, data: dict[str, str], seed: int, scale: dict[str, Any],
+                   timeout: float | None, backbone: str | None) -> Path:
+    """Run (or reuse, when its search.json exists) the search; return its folder."""
+    from geohead.search import SearchConfig, run_search
+
+    folder = out / objective / "search"
+    if (folder / "search.json").is_file():
+        print(f"[{objective}] reusing the search in {folder}", flush=True)
+        return folder
+    kw = dict(scale["search"])
+    if timeout is not None:
+        kw["timeout"] = timeout
+    cfg = SearchConfig(objective=objective, data=data["train"], test=data["test"], out=str(folder), seed=seed,
+                       backbone=backbone, progress=False, **kw).validate()
+    t0 = time.perf_counter()
+    res = run_search(cfg)
+    print(res.table, flush=True)
+    print(f"[{objective}] search: {time.perf_counter() - t0:.0f} s", flush=True)
+    return folder
+
+
+def candidates(folder: Path, top_k: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The search's ranking of distinct trained heads (completed by score, then pruned by rung
+    and score), the first ``top_k`` of it, and the best completed head of depth >= 2."""
+    from geohead.search.results import read_trials_csv
+
+    rows = [r for r in read_trials_csv(folder / "trials.csv")
+            if r.get("duplicate_of") is None and r.get("score") is not None and r["state"] in ("COMPLETE", "PRUNED")]
+    rungs = _first_rung_scores(folder)
+    for r in rows:
+        r["rung_score"] = rungs.get(r["number"])
+    ranked = sorted(rows, key=lambda r: (r["state"] != "COMPLETE", -(r.get("steps_trained") or 0), -r["score"]))
+    for i, r in enumerate(ranked):
+        r["search_rank"] = i + 1
+    deep = next((r for r in ranked if r["state"] == "COMPLETE" and int(r["depth"]) >= 2), None)
+    return ranked[:top_k], deep
+
+
+def _first_rung_scores(folder: Path) -> dict[int, float]:
+    from geohead.search.results import read_trials_csv
+
+    path = folder / "rungs.csv"
+    if not path.is_file():
+        return {}
+    rows = read_trials_csv(path)
+    if not rows:
+        return {}
+    first = min(r["step"] for r in rows)
+    return {r["number"]: r["score"] for r in rows if r["step"] == first}
+
+
+def head_of_trial(folder: Path, number: int) -> dict[str, Any]:
+    """The HeadSpec dict of trial ``number`` of the search in ``folder``."""
+    import optuna
+
+    study_name = json.loads((folder / "search.json").read_text())["study"]
+    study = optuna.load_study(study_name=study_name, storage=f"sqlite:///{(folder / 'study.db').resolve()}")
+    return study.trials[number].user_attrs["head"]
+
+
+# ---------------------------------------------------------------------- full-budget training
+def train_config(objective: str, data: dict[str, str], seed: int, epochs: int, n_train: int | None, n_test: int | None,
+                 head: dict[str, Any], out: Path, backbone: str | None) -> Any:
+    """The search's training config for ``objective`` (seed, views, optimiser, warm-up fraction)
+    run ``epochs`` full epochs, with ``head`` ({"spec": dict} or {"preset", "smooth", "spec"}) and
+    the probes on the test file."""
+    from geohead.config import config_from_dict
+    from geohead.data import load_dataset
+    from geohead.search.config import SearchConfig, base_train_config
+
+    n = len(load_dataset(data["train"], train=True, n=n_train))
+    steps = epochs * (n // 256)
+    scfg = SearchConfig(objective=objective, data=data["train"], test=data["test"], n_train=n_train, seed=seed,
+                        steps=steps, backbone=backbone)
+    d, _ = base_train_config(scfg, n)
+    d["out"] = str(out)
+    d["data"].update(test=data["test"], n_test=n_test)
+    d["track"].update(log_every=max(1, steps // 20), ckpt_every=max(1, steps // 4))
+    d["probe"] = {"enabled": True, "n_train": n_train, "n_test": n_test, "factors": False, "linear": True}
+    d["head"] = head
+    return config_from_dict(d)
+
+
+def preset_head(objective: str, smooth: bool, widths: str) -> dict[str, Any]:
+    """The method's preset (``smooth``: ReLU -> SiLU) with the shapes recipe's widths or the paper's."""
+    import tomllib
+
+    spec: dict[str, Any] = {}
+    if widths == "recipe":
+        recipe = tomllib.loads((ROOT / "recipes" / f"{objective}_shapes_cpu.toml").read_text())
+        spec = dict(recipe.get("head", {}).get("spec", {}))
+    return {"preset": objective, "smooth": smooth, "spec": spec}
+
+
+def train_one(cfg: Any) -> dict[str, Any]:
+    """Train ``cfg`` (or read its finished run); backbone/head kNN and linear probe, wall time."""
+    from geohead.train import train
+
+    out = Path(cfg.out)
+    done = out / "transfer.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    t0 = time.perf_counter()
+    res = train(cfg, overwrite=False)
+    cls = res.probes["targets"]["class"]
+    rec = {"steps": res.steps, "wall_s": time.perf_counter() - t0, "final_loss": res.final_loss,
+           "knn_backbone": cls["backbone"]["knn"], "linear_backbone": cls["backbone"].get("linear"),
+           "knn_head": cls["head"]["knn"], "linear_head": cls["head"].get("linear")}
+    (out / "transfer.json").write_text(json.dumps(rec, indent=2) + "\n")
+    (out / "last.ckpt").unlink(missing_ok=True)
+    return rec
+
+
+# ---------------------------------------------------------------------- the table
+def spearman(xs: list[Any], ys: list[Any]) -> dict[str, Any]:
+    from geohead.search.results import spearman as sp
+
+    return sp(xs, ys)
+
+
+def summarise(objective: str, runs: list[dict[str, Any]], seeds: list[int]) -> dict[str, Any]:
+    """Found vs published over the seeds, ρ(search ranking / scores / criteria, full kNN) over
+    the re-trained top-k heads."""
+    def mean(label: str, key: str) -> float | None:
+        vals = [r[key] for r in runs if r["label"] == label and r.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    s: dict[str, Any] = {"objective": objective}
+    for label in ("found", "published", "preset_silu", "best_deep"):
+        s[label] = {k: mean(label, k) for k in ("knn_backbone", "linear_backbone")}
+        s[label]["seeds"] = sorted({r["seed"] for r in runs if r["label"] == label})
+    f, p = s["found"]["linear_backbone"], s["published"]["linear_backbone"]
+    s["found_minus_published_linear_points"] = None if f is None or p is None else 100 * (f - p)
+    paired = sorted(set(s["found"]["seeds"]) & set(s["published"]["seeds"]))
+    s["paired_seeds"] = paired
+    top = [r for r in runs if r["label"].startswith("top_") or (r["label"] == "found" and r["seed"] == seeds[0])]
+    top = list({r["trial"]: r for r in top if r.get("trial") is not None}.values())
+    s["top_k_retrained"] = len(top)
+    s["rho_rank_vs_full_knn"] = spearman([-r["search_rank"] for r in top], [r["knn_backbone"] for r in top])
+    s["rho_rung_score_vs_full_knn"] = spearman([r.get("rung_score") for r in top], [r["knn_backbone"] for r in top])
+    s["rho_criteria_vs_full_knn"] = {c: spearman([r["search"].get(c) for r in top], [r["knn_backbone"] for r in top])
+                                     for c in CRITERIA if any(r["search"].get(c) is not None for r in top)}
+    return s
+
+
+def table(summaries: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
+    def f(x: Any, d: int = 3) -> str:
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
+
+    lines = ["| objective | head | seed | steps | backbone kNN | linear probe | head kNN | wall s | search rank | description |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r['objective']} | {r['label']} | {r['seed']} | {r['steps']} | {f(r['knn_backbone'])} | "
+                     f"{f(r['linear_backbone'])} | {f(r['knn_head'])} | {r['wall_s']:.0f} | {r.get('search_rank') or '-'} | "
+                     f"{r['desc']} |")
+    for s in summaries:
+        d = s["found_minus_published_linear_points"]
+        goal = "-" if d is None else ("met" if d >= 1.0 else "NOT met")
+        rho = s["rho_rank_vs_full_knn"]
+        lines += ["", f"**{s['objective']}**: found {f(s['found']['linear_backbone'])} vs published "
+                      f"{f(s['published']['linear_backbone'])} linear probe (seeds {s['found']['seeds']} / "
+                      f"{s['published']['seeds']}): {f(d, 1)} points (goal >= +1: {goal}); search ranking vs full-budget "
+                      f"kNN over {s['top_k_retrained']} re-trained heads: rho = {f(rho['rho'], 2)} (p = {f(rho['p'], 3)}; "
+                      f"goal >= 0.6: {'-' if rho['rho'] is None else ('met' if rho['rho'] >= 0.6 else 'NOT met')}); "
+                      f"first-rung score: rho = {f(s['rho_rung_score_vs_full_knn']['rho'], 2)}",
+                  "", "| criterion (at search time) | rho vs full-budget kNN | n |", "|---|---|---|"]
+        for c, v in s["rho_criteria_vs_full_knn"].items():
+            lines.append(f"| {c} | {f(v['rho'], 2)} | {v['n']} |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------- main
+def plan(objective: str, folder: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The runs of one objective, most important first (found and published at the first seed,
+    the SiLU preset, the best deep head, the other seeds, then the rest of the top-k)."""
+    from geohead.heads import HeadSpec
+
+    top, deep = candidates(folder, args.top_k)
+    best = json.loads((folder / "search.json").read_text())["best"]
+    by_number = {r["number"]: r for r in top}
+    if deep is not None:
+        by_number.setdefault(deep["number"], deep)
+
+    def trial_run(label: str, row: dict[str, Any], seed: int) -> dict[str, Any]:
+        spec = HeadSpec.from_dict(head_of_trial(folder, row["number"]))
+        return {"label": label, "seed": seed, "trial": row["number"], "search_rank": row.get("search_rank"),
+                "rung_score": row.get("rung_score"), "search": row,
+                "head": {"spec": {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}},
+                "desc": spec.describe()}
+
+    def preset_run(label: str, smooth: bool, seed: int) -> dict[str, Any]:
+        head = preset_head(objective, smooth, args.published_widths)
+        return {"label": label, "seed": seed, "trial": None, "search": {}, "head": head,
+                "desc": f"{objective} preset, {'SiLU' if smooth else 'ReLU'}, widths {head['spec'] or 'paper'}"}
+
+    s0 = args.seeds[0]
+    found_row = by_number.get(best["number"]) or {"number": best["number"], "search_rank": 1}
+    runs = [trial_run("found", found_row, s0), preset_run("published", False, s0), preset_run("preset_silu", True, s0)]
+    if deep is not None:
+        runs.append(trial_run("best_deep", deep, s0))
+    for s in args.seeds[1:]:
+        runs += [trial_run("found", found_row, s), preset_run("published", False, s)]
+    for i, row in enumerate(top):
+        if row["number"] != best["number"]:
+            runs.append(trial_run(f"top_{i + 1}", row, s0))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", choices=sorted(SCALES), default="cpu")
+    ap.add_argument("--objective", nargs="+", default=None, help="objectives (default: the scale's)")
+    ap.add_argument("--epochs", type=int, default=None, help="full-budget epochs (default: the scale's)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of found vs published (first: every run)")
+    ap.add_argument("--top-k", type=int, default=None, help="distinct search heads re-trained in full")
+    ap.add_argument("--published-widths", choices=("recipe", "paper"), default=None)
+    ap.add_argument("--search-timeout", type=float, default=None, help="seconds (default: the search's own, 480)")
+    ap.add_argument("--backbone", default=None, help="backbone of search and runs (default resnet18_w16)")
+    ap.add_argument("--data-dir", default=str(SHARED), help="folder of cifar10_train_10k.npz and cifar10_test.npz")
+    ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")
+    ap.add_argument("--out", default="runs/search_transfer")
+    args = ap.parse_args(argv)
+    scale = SCALES[args.scale]
+    for key in ("objectives", "epochs", "seeds", "top_k", "published_widths"):
+        name = "objective" if key == "objectives" else key
+        if getattr(args, name, None) is None:
+            setattr(args, name, scale[key])
+    data_dir = Path(args.data_dir)
+    data = {"train": str(data_dir / "cifar10_train_10k.npz"), "test": str(data_dir / "cifar10_test.npz")}
+    if not all(Path(p).is_file() for p in data.values()):
+        print(f"error: {data_dir} lacks cifar10_train_10k.npz / cifar10_test.npz (see ../shared/data/README.md)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    runs: list[dict[str, Any]] = []
+    summaries: list[dict[str, Any]] = []
+    stopped = None
+    for objective in args.objective:
+        folder = run_the_search(objective, out, data, args.seeds[0], scale, args.search_timeout, args.backbone)
+        mine: list[dict[str, Any]] = []
+        trained: dict[str, dict[str, Any]] = {}
+        for run in plan(objective, folder, args):
+            if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
+                stopped = f"time budget of {args.time_budget:.0f} s spent before {objective} {run['label']} seed {run['seed']}"
+                break
+            tag = f"{run['label']}_s{run['seed']}"
+            key = json.dumps([run["head"], run["seed"]], sort_keys=True)
+            if key in trained:  # the same head and seed under another label (e.g. the best deep head is the best)
+                rec = trained[key]
+            else:
+                cfg = train_config(objective, data, run["seed"], args.epochs, scale["n_train"], scale["n_test"],
+                                   run["head"], out / objective / "runs" / tag, args.backbone)
+                print(f"[{objective}] {tag}: {run['desc']} ({args.epochs} epochs)", flush=True)
+                rec = trained[key] = train_one(cfg)
+            run.update(rec, objective=objective)
+            mine.append(run)
+            runs.append(run)
+            print(f"[{objective}] {tag}: backbone kNN {rec['knn_backbone']:.3f}, linear {rec['linear_backbone']:.3f} "
+                  f"in {rec['wall_s']:.0f} s", flush=True)
+            summaries_now = summaries + [summarise(objective, mine, args.seeds)]
+            _write(out, args, runs, summaries_now, stopped, time.perf_counter() - t0)
+        summaries.append(summarise(objective, mine, args.seeds))
+        if stopped:
+            break
+    _write(out, args, runs, summaries, stopped, time.perf_counter() - t0)
+    print(table(summaries, runs))
+    if stopped:
+        print(f"stopped: {stopped}")
+    return 0
+
+
+def _write(out: Path, args: argparse.Namespace, runs: list[dict[str, Any]], summaries: list[dict[str, Any]],
+           stopped: str | None, wall: float) -> None:
+    from geohead.io import atomic_write_text
+
+    settings = {k: v for k, v in vars(args).items()}
+    rec = {"settings": settings, "wall_s": wall, "stopped": stopped, "summaries": summaries,
+           "runs": [{k: v for k, v in r.items() if k != "search"} | {"search": {c: r["search"].get(c) for c in CRITERIA}}
+                    for r in runs]}
+    atomic_write_text(out / "results.json", json.dumps(rec, indent=2, default=str) + "\n")
+    atomic_write_text(out / "table.md", table(summaries, runs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
