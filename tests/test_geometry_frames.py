@@ -225,3 +225,23 @@ def test_refine_needs_complete_collapse() -> None:
         escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, refine=5)
     with pytest.raises(ValueError, match="refine"):
         escape_curvature(head, obj, batch_size=B, refine=-1)
+
+
+def test_refine_uses_the_exact_state_when_it_is_stationary_and_reports_a_runaway_centre() -> None:
+    """VICReg: the exact collapsed state (both views at one centre) is already an equilibrium, a
+    saddle for every head. SimSiam with a predictor (heads 6 → 16 → 16 → 8, B = 12, as in
+    benchmarks/collapse_states.py): the centre runs off to infinity, no equilibrium is adopted."""
+    torch.manual_seed(0)
+    obj = get_objective("vicreg")
+    head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="relu")
+    r = escape_curvature(head, obj, batch_size=B, k=B * D // 2, refine=20)
+    assert r.equilibrium == "exact" and r.refinement["iterations"] == 0 and r.spread == 0.0
+    assert r.saddle and r.grad_norm < 1e-12  # the objective's own saddle: ∇_e L = 0, so M = 0 there
+
+    torch.manual_seed(0)
+    obj = get_objective("simsiam")
+    head = GeometricHead(6, 8, hidden_dim=16, depth=3, activation="silu")
+    pred = GeometricHead(8, 8, hidden_dim=16, depth=2, activation="silu")
+    r = escape_curvature(head, obj, predictor=pred, batch_size=12, k=36, refine=200)
+    assert r.equilibrium == "none" and not r.refinement["adopted"] and r.refinement["moved"] > 100
+    assert "ran off" in r.refinement["why_not"] and not r.saddle

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from geohead.geometry.equilibrium import refine_collapsed, stationarity
+from geohead.geometry.equilibrium import RefinedState, refine_collapsed, stationarity
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.lanczos import LanczosResult, lanczos
 from geohead.geometry.summary import Mode, count_negative, m_over_h_ratio, mode_settings
@@ -234,8 +234,8 @@ def escape_curvature(
         frame: ``"auto"`` (sphere-tangent for scale-invariant objectives, ambient otherwise),
             ``"ambient"`` or ``"tangent"``.
         refine: when > 0 (complete collapse only), also look for a collapsed equilibrium: the
-            exact collapsed state (every row of each view at its mean) moved by at most this many
-            L-BFGS iterations (:func:`~geohead.geometry.equilibrium.refine_collapsed`). It is
+            exact collapsed state (every row of both views at their common mean) moved by at most
+            this many L-BFGS iterations (:func:`~geohead.geometry.equilibrium.refine_collapsed`). It is
             measured instead of the given state when it is stationary and its curvature is not
             identically 0 (``equilibrium="exact"`` or ``"refined"``); otherwise the given state
             is measured and ``refinement`` says why.
@@ -365,21 +365,31 @@ def escape_curvature(
 def _refined(eh, head, objective, state, kw, refine, h_of, scale_given, lz_args, stationary_tol):
     """The exact collapsed state of ``state`` moved to an equilibrium by L-BFGS: (its H run, its
     stationarity, the refinement record, its EffectiveHessian or None when it is not adopted).
-    It is not adopted when it is not stationary, or when its curvature scale is below 1e-8 of the
-    given state's (a degenerate equilibrium: H ≈ 0 there, e.g. Barlow Twins with a target branch
-    at exact collapse, whose standardised values are 0)."""
+    The exact collapsed state puts both views at one centre, the mean of all their rows. The
+    refined state is not adopted when the centre ran off (moved more than 100 times its own norm:
+    no equilibrium at a finite distance, e.g. a cosine loss that keeps improving as ‖c‖ grows),
+    when its curvature scale is below 1e-8 of the given state's (a degenerate equilibrium: H ≈ 0,
+    e.g. Barlow Twins with a target branch at exact collapse, whose standardised values are 0),
+    or when it is not stationary."""
     k, max_iter, lanczos_tol, g = lz_args
-    z1 = eh.z.mean(0).expand_as(eh.z).clone()
-    z2 = state.z2.detach().to(eh.z).mean(0).expand_as(eh.z).clone()
-    exact_state = EffectiveHessian(head, objective, z1, z2, **kw)
-    r = refine_collapsed(exact_state.composite, z1, max_iter=refine)
-    eh_ref = EffectiveHessian(head, objective, r.z, target=exact_state.target, **kw)
+    rows = torch.cat([eh.z, state.z2.detach().to(eh.z)])
+    z1 = rows.mean(0).expand_as(eh.z).clone()
+    eh_ref = EffectiveHessian(head, objective, z1, z1.clone(), **kw)
     lh = _lz(h_of(eh_ref), k, "both", max_iter, lanczos_tol, g, vectors=True)
     st = stationarity(eh_ref.grad_z, lh.scale, eh_ref.z, stationary_tol)
+    r = RefinedState(z1, 0, 0, st.grad_norm_z, st.grad_norm_z, 0.0)
+    if not st.stationary:  # the exact collapsed state is no equilibrium: move its centre
+        r = refine_collapsed(eh_ref.composite, z1, max_iter=refine)
+        eh_ref = EffectiveHessian(head, objective, r.z, target=eh_ref.target, **kw)
+        lh = _lz(h_of(eh_ref), k, "both", max_iter, lanczos_tol, g, vectors=True)
+        st = stationarity(eh_ref.grad_z, lh.scale, eh_ref.z, stationary_tol)
+    ran_off = r.moved > 100.0
     degenerate = lh.scale <= 1e-8 * scale_given
     record = {**r.to_dict(), "gradient_relative": st.gradient_relative, "stationary": st.stationary,
-              "curvature_scale": lh.scale, "adopted": st.stationary and not degenerate}
-    if degenerate:  # (its relative gradient is then rounding over ~0 and says nothing)
+              "curvature_scale": lh.scale, "adopted": st.stationary and not degenerate and not ran_off}
+    if ran_off:
+        record["why_not"] = f"the centre ran off ({r.moved:.3g} times its norm): no collapsed equilibrium at a finite distance"
+    elif degenerate:  # (its relative gradient is then rounding over ~0 and says nothing)
         record["why_not"] = "the exact collapsed state is degenerate: H ≈ 0 there (scale ≤ 1e-8 of the given state's)"
     elif not st.stationary:
         record["why_not"] = f"no stationary collapsed state within {refine} L-BFGS iterations"
