@@ -33,3 +33,28 @@ def test_orbit_criteria_record_local_invariance_and_soft_fisher_rank() -> None:
     assert comps["fisher"] == pytest.approx(out["fisher_soft_rank_loss"] / out["fisher_tangent_rank"])
     # the global compression is recorded, not scored
     assert geometric_score({**base, **out, "compression": 100.0}) == geometric_score({**base, **out})
+
+
+def test_screen_records_the_escape_state_gradient_relative_to_curvature() -> None:
+    """The screen's collapsed state is drawn, not an equilibrium: its ‖∇_Z f‖ relative to the
+    curvature is recorded beside the escape curvature (the same number escape_curvature gives)."""
+    from geohead.geometry import escape_curvature
+    from geohead.heads import HeadSpec
+    from geohead.objectives import CollapsedState, get_objective
+    from geohead.search.criteria import ScreenInputs, build_head, screen
+
+    g = torch.Generator().manual_seed(0)
+    z1 = torch.randn(16, 8, generator=g)
+    z2 = z1 + 0.1 * torch.randn(16, 8, generator=g)
+    c = (z1.mean(0) + 1e-2 * torch.randn(8, 8, generator=g), z1.mean(0) + 1e-2 * torch.randn(8, 8, generator=g))
+    obj = get_objective("simclr")
+    spec = HeadSpec(in_dim=8, out_dim=6, hidden_dim=12, depth=2, activation="silu")
+    inputs = ScreenInputs(obj, z1, z2, c, {}, lambda k: None, seed=0)
+    out = screen(spec, inputs)
+    head, _ = build_head(spec, z1, 0)
+    esc = escape_curvature(head, obj, state=CollapsedState(c[0], c[1], "complete", 0, 1e-2), mode="fast",
+                           dtype=torch.float32, pullback=False, objective_spectrum=False, m_over_h=True,
+                           generator=torch.Generator().manual_seed(0))
+    assert esc.frame == "tangent"
+    assert out["screen_escape_gradient_relative"] == pytest.approx(esc.gradient_relative, rel=1e-6)
+    assert out["screen_escape_gradient_relative"] > esc.stationary_tol

@@ -11,6 +11,8 @@ head at init (BatchNorm calibrated the same way, whitening applied when the spec
   share of the negative curvature along the escape direction, ``head_negative_curvature``: 0 for
   linear/ReLU heads without LayerNorm) and ``screen_m_over_h`` (‖M‖_F/‖H_eff‖_F); for
   scale-invariant (cosine) objectives all of these in the sphere-tangent frame (H_tan = G_tan + M);
+  ``screen_escape_gradient_relative`` (‖∇_Z f‖/(max|λ|·‖Z‖), recorded: the drawn state is no
+  equilibrium, so its negative curvature is no saddle);
 * conditioning of H_eff at the real features (:func:`heff_conditioning` on the first
   :data:`H_EFF_BATCH` samples of the batch): ``screen_heff_stable_rank`` (‖H‖_F²/max|λ|²) and
   ``screen_heff_isotropy`` (its log over log(B·d)), ``screen_heff_lambda_min/max`` and
@@ -187,6 +189,8 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
                                pullback=False, objective_spectrum=False, m_over_h=True, generator=g)
         out.update(screen_escape_lambda_min=esc.lambda_min_H, screen_escape_negative=float(esc.num_negative_H),
                    screen_head_escape=esc.head_negative_curvature, screen_m_over_h=_float(esc.m_over_h))
+        if math.isfinite(esc.gradient_relative):  # inf only where H = 0 and the gradient is not
+            out["screen_escape_gradient_relative"] = esc.gradient_relative
         nb = min(H_EFF_BATCH, inputs.z1.shape[0])
         hc = heff_conditioning(head, obj, inputs.z1[:nb], inputs.z2[:nb], predictor=predictor, seed=inputs.seed, probes=4)
         out.update(screen_heff_lambda_min=hc["lambda_min"], screen_heff_lambda_max=hc["lambda_max"],
