@@ -13,7 +13,7 @@ The loss stays lightly's ``BarlowTwinsLoss``; the monitor's H_eff records use it
 built-in shapes, with geohead's on-device Barlow Twins views (lightly's torchvision transforms
 work the same, slower on a CPU). Needs ``pip install "geohead[lightly]"``.
 
-Run (about 1.5 minutes on 2 CPU cores)::
+Run (about a minute on 2 CPU cores)::
 
     python examples/lightly_barlow.py
     python examples/lightly_barlow.py --n 64 --steps 4 --batch 32 --every 2   # a few seconds
@@ -59,10 +59,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=4000, help="shapes training images")
     p.add_argument("--n-test", type=int, default=1000, help="shapes images for the kNN check")
-    p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--steps", type=int, default=80)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--every", type=int, default=20, help="steps between monitor records")
-    p.add_argument("--hessian-every", type=int, default=3, help="H_eff on every K-th record (0: off)")
+    p.add_argument("--hessian-every", type=int, default=2, help="H_eff on every K-th record (0: off)")
     p.add_argument("--backbone", default="resnet18_w16")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--out-dim", type=int, default=512)

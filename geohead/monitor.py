@@ -93,10 +93,13 @@ class GeometryMonitor:
     the step; with ``calls_per_step=1``, the two halves of the batch), with
     :func:`~geohead.geometry.spectrum_summary` in ``"fast"`` mode (at most ``hessian_iters``
     Lanczos steps, 4 Frobenius probes, float64, BatchNorm in eval mode). ``objective`` is a
-    geohead objective or any loss ``loss(a, b) -> scalar`` (lightly's losses). Cost, measured on
-    2 CPU cores (``benchmarks/monitor_overhead.py``): 1.3 s per Hessian record with 32 rows of
-    resnet18_w16 features (d = 128) and the shapes recipe's 512-512 SiLU head, about 0.7
-    training steps of batch 256; the plain monitors cost about 1 % of a step at ``every=20``.
+    geohead objective or any loss ``loss(a, b) -> scalar`` (lightly's losses).
+
+    Cost, measured with ``benchmarks/monitor_overhead.py`` on the shapes recipe's setting
+    (resnet18_w16, the recipe's 512-512 SiLU head, batch 256, one thread of a shared 2-core CPU,
+    0.42 s a step): a plain record takes 80 ms, 1 % of a step at ``every=20`` (steps with/without
+    the monitor: 1.01, median of 10 block pairs); a Hessian record (32 rows, d = 128) 0.19 s,
+    about half a step, once every ``hessian_every`` records.
 
     Outputs: ``log_file`` (``.jsonl``: one JSON line per record; ``.csv``: a header of all keys,
     empty cells for keys a record lacks), ``tensorboard`` (a log directory or a

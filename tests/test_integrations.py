@@ -92,6 +92,17 @@ def test_callback_records_every_n_steps_logs_each_record_once_and_detaches():
     assert not module.encoder._forward_hooks and not module.projector._forward_hooks
 
 
+def test_a_second_fit_records_again():
+    callback = GeometryCallback(every=2)
+    module, _ = _fit(callback, steps=2)
+    trainer = L.Trainer(max_steps=4, accelerator="cpu", devices=1, logger=False, callbacks=[callback],
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 2, 2))
+    trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
+    assert [r["step"] for r in callback.monitor.history] == [0] + [0, 2]  # a new Trainer counts from 0
+    assert not callback.monitor.attached
+
+
 def test_callback_names_what_to_pass_when_it_finds_no_head():
     class NoHead(_Module):
         def __init__(self):

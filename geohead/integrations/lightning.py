@@ -94,13 +94,15 @@ class GeometryCallback(Callback):
         self._last_armed: int | None = None
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if stage != "fit" or self.monitor is not None:
+        if stage != "fit" or (self.monitor is not None and self.monitor.attached):
             return
         backbone = _find(pl_module, self._backbone, BACKBONE_NAMES, "backbone")
         head = _find(pl_module, self._head, HEAD_NAMES, "head")
         objective = getattr(pl_module, self._objective) if isinstance(self._objective, str) else self._objective
+        history = self.monitor.history if self.monitor is not None else []  # a second fit continues it
         self.monitor = GeometryMonitor(backbone, head, every=None, objective=objective, **self._kwargs)
-        self._logged = len(self.monitor.history)
+        self.monitor.history = history
+        self._logged, self._last_armed = len(history), None
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         step = int(trainer.global_step)
