@@ -13,7 +13,8 @@ The loss stays lightly's ``BarlowTwinsLoss``; the monitor's H_eff records use it
 built-in shapes, with geohead's on-device Barlow Twins views (lightly's torchvision transforms
 work the same, slower on a CPU). Needs ``pip install "geohead[lightly]"``.
 
-Run (about a minute on 2 CPU cores)::
+Run (25 s with OMP_NUM_THREADS=1 on a 2-core machine shared with other jobs; with two threads
+there, contention made it 2.5 minutes)::
 
     python examples/lightly_barlow.py
     python examples/lightly_barlow.py --n 64 --steps 4 --batch 32 --every 2   # a few seconds

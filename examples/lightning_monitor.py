@@ -6,7 +6,7 @@ both every ``--every`` optimiser steps (and H_eff's extremes and ‖M‖/‖H‖
 ``--hessian-every``-th record), and logs them through ``self.log`` as ``geometry/<key>``: here
 to a CSV logger, with TensorBoard or W&B the same way. Needs ``pip install "geohead[lightning]"``.
 
-Run (about a minute on 2 CPU cores)::
+Run (22 s with OMP_NUM_THREADS=1 on a 2-core machine shared with other jobs)::
 
     python examples/lightning_monitor.py
     python examples/lightning_monitor.py --n 64 --steps 4 --batch 32 --every 2   # a few seconds
