@@ -27,9 +27,9 @@ import dataclasses
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from geohead.geometry.equilibrium import RefinedState, refine_collapsed, stationarity
+from geohead.geometry.equilibrium import RefinedState, Stationarity, refine_collapsed, stationarity
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.lanczos import LanczosResult, lanczos
 from geohead.geometry.summary import Mode, count_negative, m_over_h_ratio, mode_settings
@@ -247,8 +247,9 @@ def escape_curvature(
             vᵀGv = θ − vᵀMv from the Ritz pair).
 
     Cost: one Lanczos run (≤ max_iter products) per operator computed, 2 products per negative
-    Ritz direction, 2·fro_probes products for the ratio (2·B·d when exact); with ``refine`` up to
-    ~5·refine evaluations of f and one more Lanczos run on H.
+    Ritz direction, 2·fro_probes products for the ratio (2·B·d when exact); with ``refine`` (when
+    the given state is not stationary) up to ~5·refine evaluations of f and two more Lanczos runs
+    on H.
 
     Returns: :class:`EscapeCurvature`.
     """
@@ -276,21 +277,23 @@ def escape_curvature(
         if k > dim:
             raise ValueError(f"k={k} exceeds the dimension {dim} of the {name}; use k <= {dim}")
 
-    def h_of(e: EffectiveHessian):
-        return e.H_tangent if tangent else e.H
+    def measure_h(e: EffectiveHessian) -> tuple[LanczosResult, Stationarity]:
+        """The frame's H (Lanczos, with Ritz vectors) and the state's stationarity."""
+        run = _lz(e.H_tangent if tangent else e.H, k, "both", max_iter, lanczos_tol, g, vectors=True)
+        return run, stationarity(e.grad_z, run.scale, e.z, stationary_tol)
 
-    lh = _lz(h_of(eh), k, "both", max_iter, lanczos_tol, g, vectors=True)
-    st = stationarity(eh.grad_z, lh.scale, eh.z, stationary_tol)
+    def build(z1: Tensor, z2: Tensor | None = None, target: Tensor | None = None) -> EffectiveHessian:
+        return EffectiveHessian(head, objective, z1, z2, target=target, **kw)
+
+    lh, st = measure_h(eh)
     equilibrium = "exact" if st.stationary else "none"
     refinement = None
     spread_measured = state.spread
     if refine and not st.stationary:
-        lh_r, st_r, refinement, eh_r = _refined(eh, head, objective, state, kw, refine, h_of, lh.scale,
-                                                (k, max_iter, lanczos_tol, g), stationary_tol)
-        if eh_r is not None:
-            eh, lh, st, spread_measured = eh_r, lh_r, st_r, 0.0
+        refinement, found = _refined(eh, state.z2, build, measure_h, refine, lh.scale)
+        if found is not None:
+            eh, (lh, st), spread_measured = found[0], found[1:], 0.0
             equilibrium = "exact" if refinement["iterations"] == 0 else "refined"
-    assert st is not None
     scale_h = lh.scale
     g_op = eh.G_tangent if tangent else eh.G
     e_op = eh.objective_hessian_tangent if tangent else eh.objective_hessian
@@ -362,27 +365,23 @@ def escape_curvature(
     )
 
 
-def _refined(eh, head, objective, state, kw, refine, h_of, scale_given, lz_args, stationary_tol):
-    """The exact collapsed state of ``state`` moved to an equilibrium by L-BFGS: (its H run, its
-    stationarity, the refinement record, its EffectiveHessian or None when it is not adopted).
-    The exact collapsed state puts both views at one centre, the mean of all their rows. The
-    refined state is not adopted when the centre ran off (moved more than 100 times its own norm:
-    no equilibrium at a finite distance, e.g. a cosine loss that keeps improving as ‖c‖ grows),
-    when its curvature scale is below 1e-8 of the given state's (a degenerate equilibrium: H ≈ 0,
-    e.g. Barlow Twins with a target branch at exact collapse, whose standardised values are 0),
-    or when it is not stationary."""
-    k, max_iter, lanczos_tol, g = lz_args
-    rows = torch.cat([eh.z, state.z2.detach().to(eh.z)])
-    z1 = rows.mean(0).expand_as(eh.z).clone()
-    eh_ref = EffectiveHessian(head, objective, z1, z1.clone(), **kw)
-    lh = _lz(h_of(eh_ref), k, "both", max_iter, lanczos_tol, g, vectors=True)
-    st = stationarity(eh_ref.grad_z, lh.scale, eh_ref.z, stationary_tol)
+def _refined(eh: EffectiveHessian, z2: Tensor, build, measure_h, refine: int, scale_given: float):
+    """The exact collapsed state of (eh.z, z2): both views at one centre, the mean of all their rows;
+    if it is no equilibrium, its centre moved by L-BFGS (:func:`refine_collapsed`). Returns the
+    record and, when the state is adopted, (its EffectiveHessian, its H run, its stationarity).
+
+    Not adopted when the centre ran off (moved more than 100 times its own norm: no equilibrium
+    at a finite distance, e.g. a cosine loss that keeps improving as ‖c‖ grows), when its curvature
+    scale is below 1e-8 of the given state's (degenerate: H ≈ 0, e.g. Barlow Twins with a target
+    branch at exact collapse, whose standardised values are 0), or when it is not stationary."""
+    z1 = torch.cat([eh.z, z2.detach().to(eh.z)]).mean(0).expand_as(eh.z).clone()
+    found = build(z1, z1.clone())
+    lh, st = measure_h(found)
     r = RefinedState(z1, 0, 0, st.grad_norm_z, st.grad_norm_z, 0.0)
     if not st.stationary:  # the exact collapsed state is no equilibrium: move its centre
-        r = refine_collapsed(eh_ref.composite, z1, max_iter=refine)
-        eh_ref = EffectiveHessian(head, objective, r.z, target=eh_ref.target, **kw)
-        lh = _lz(h_of(eh_ref), k, "both", max_iter, lanczos_tol, g, vectors=True)
-        st = stationarity(eh_ref.grad_z, lh.scale, eh_ref.z, stationary_tol)
+        r = refine_collapsed(found.composite, z1, max_iter=refine)
+        found = build(r.z, target=found.target)
+        lh, st = measure_h(found)
     ran_off = r.moved > 100.0
     degenerate = lh.scale <= 1e-8 * scale_given
     record = {**r.to_dict(), "gradient_relative": st.gradient_relative, "stationary": st.stationary,
@@ -393,7 +392,7 @@ def _refined(eh, head, objective, state, kw, refine, h_of, scale_given, lz_args,
         record["why_not"] = "the exact collapsed state is degenerate: H ≈ 0 there (scale ≤ 1e-8 of the given state's)"
     elif not st.stationary:
         record["why_not"] = f"no stationary collapsed state within {refine} L-BFGS iterations"
-    return lh, st, record, (eh_ref if record["adopted"] else None)
+    return record, ((found, lh, st) if record["adopted"] else None)
 
 
 def _split(eh: EffectiveHessian, lh: LanczosResult, g_op, pullback: bool, tol: float):
