@@ -37,8 +37,8 @@ class StudyProgress:
         if enabled and (on_tty or force):
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.target, desc="search", unit="head", file=self.file, dynamic_ncols=True,
-                            bar_format="{desc} {n_fmt}/{total_fmt} heads |{bar}| {postfix}", leave=True)
+            self.bar = tqdm(total=self.target, unit="head", file=self.file,
+                            bar_format="search {n_fmt}/{total_fmt} heads |{bar:20}| {desc}", leave=True)
             self._draw()
             if tick > 0:
                 self._thread = threading.Thread(target=self._run, args=(tick,), daemon=True)
@@ -93,7 +93,7 @@ class StudyProgress:
             return
         with self._lock:
             self.bar.n = min(self.done, self.target)
-            self.bar.set_postfix_str(self.postfix(), refresh=False)
+            self.bar.set_description_str(self.postfix(), refresh=False)
             self.bar.refresh()
 
     def _run(self, tick: float) -> None:
