@@ -226,11 +226,16 @@ class EffectiveHessian:
         """‖∇_e L‖ (Frobenius over the batch): M vanishes when it does (Thm 4.1 needs it ≠ 0)."""
         return float(self.grad_e.norm())
 
+    def branch(self, z: Tensor) -> Tensor:
+        """e(Z') = branch(h(Z')) (B, k) at other representations Z' (B, d), with a graph to Z'
+        (the online branch the operators differentiate; torch.func transforms apply to it)."""
+        return self._branch(z.to(device=self.device, dtype=self.dtype))
+
     def composite(self, z: Tensor) -> Tensor:
         """f(Z') = L(branch(h(Z')), b) at other representations Z' (B, d) with the same fixed
         target b: a scalar with a graph to Z' (what :func:`~geohead.geometry.equilibrium.refine_collapsed`
         moves)."""
-        return self.objective.loss(self._branch(z.to(device=self.device, dtype=self.dtype)), self.target)
+        return self.objective.loss(self.branch(z), self.target)
 
     def _as_z(self, v: Tensor) -> Tensor:
         v = v.to(device=self.device, dtype=self.dtype)
