@@ -1,4 +1,4 @@
-"""benchmarks/search_transfer.py at smoke scale: the pipeline from search to full-budget table."""
+"""benchmarks/search_transfer.py at smoke scale (15-40 s on 2 cores): the pipeline from search to full-budget table."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.slow
 def test_transfer_benchmark_at_smoke_scale(tmp_path, shared_data) -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
