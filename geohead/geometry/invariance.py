@@ -1,12 +1,6 @@
 """Augmentation orbits and invariance through the head, as one report (Chaudhry 2026, Sec. 5).
 
-An *orbit* is the set of views of one image under a continuous augmentation family,
-x ↦ T(x, θ) for θ in a sweep θ_1 < … < θ_P. Everything here is generic over callables, so any
-backbone, data pipeline or augmentation plugs in:
-
-    encode:    images (N, 3, H, W) → backbone features (N, d)  (the caller composes normalisation)
-    head:      an ``nn.Module`` (N, d) → (N, k), evaluated with detached weights, BN in eval mode
-    transform: (images, θ) → images, deterministic (e.g. ``geohead.data.orbits.rotate``)
+Orbits, ``encode``/``head``/``transform`` and the spreads are as in :mod:`geohead.geometry.orbits`.
 
 :func:`orbit_invariance` reports, in backbone and head space:
 
