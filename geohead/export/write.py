@@ -7,7 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -177,32 +177,60 @@ def export_backbone(
         ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
         src = source_of_checkpoint(ck, teacher, with_head)
     model = check_architecture(src.config, src.tensors, f"backbone of {src.provenance['source']!r}")
+    mean, std = _normalisation(src, model, mean, std)
 
+    tensors = _cast(src.tensors, DTYPES[dtype])
+    head_tensors = _cast(src.head, DTYPES[dtype]) if src.head is not None else None
+    checksum = tensor_checksum(tensors)
+    head_checksum = tensor_checksum(head_tensors) if head_tensors is not None else None
+    timm_loadable = bool(src.config.get("timm_loadable", not src.config.get("cifar_stem", False)))
+    config = timm_config(model, src.config, mean, std)
+    config["geohead"] = _geohead_record(src, dtype, timm_loadable, checksum, head_checksum)
+
+    out = Path(out_dir)
+    _write_folder(out, overwrite, src, config, tensors, head_tensors, dtype, checksum, head_checksum)
+    has_head = head_tensors is not None
+    return ExportResult(
+        out_dir=out,
+        weights=out / WEIGHTS_NAME,
+        config=out / CONFIG_NAME,
+        head_weights=out / HEAD_WEIGHTS_NAME if has_head else None,
+        head_spec=out / HEAD_SPEC_NAME if has_head else None,
+        timm_loadable=timm_loadable,
+        checksum=checksum,
+        num_tensors=len(tensors),
+        num_params=sum(t.numel() for t in tensors.values()),
+        dtype=dtype,
+        branch=src.provenance["branch"],
+    )
+
+
+def _normalisation(src: Any, model: nn.Module, mean: Sequence[float] | None,
+                   std: Sequence[float] | None) -> tuple[list[float], list[float]]:
+    """The input normalisation to record: the caller's, else the training data's (from the
+    checkpoint), else the architecture's timm default; 3 values each."""
     data = src.provenance.get("data") or {}
+    default = getattr(model, "pretrained_cfg", {})
     if mean is None:
-        mean = data.get("mean") or list(getattr(model, "pretrained_cfg", {}).get("mean", (0.485, 0.456, 0.406)))
+        mean = data.get("mean") or list(default.get("mean", (0.485, 0.456, 0.406)))
     if std is None:
-        std = data.get("std") or list(getattr(model, "pretrained_cfg", {}).get("std", (0.229, 0.224, 0.225)))
+        std = data.get("std") or list(default.get("std", (0.229, 0.224, 0.225)))
     for name, v in (("mean", mean), ("std", std)):
         if len(v) != 3:
             raise ExportError(f"{name} must have 3 values (one per RGB channel), got {list(v)}")
+    return list(mean), list(std)
 
-    torch_dtype = DTYPES[dtype]
-    tensors = _cast(src.tensors, torch_dtype)
-    checksum = tensor_checksum(tensors)
-    timm_loadable = bool(src.config.get("timm_loadable", not src.config.get("cifar_stem", False)))
-    config = timm_config(model, src.config, list(mean), list(std))
-    out = Path(out_dir)
+
+def _geohead_record(src: Any, dtype: str, timm_loadable: bool, checksum: str,
+                    head_checksum: str | None) -> dict[str, Any]:
+    """config.json's ``geohead`` entry: format, version, how to load, the backbone's config,
+    dtype, checksums, file names and provenance."""
+    has_head = head_checksum is not None
     load_hint = (
         "timm.create_model('local-dir:<this folder>', pretrained=True, num_classes=0)" if timm_loadable
         else f"geohead.load_backbone('<this folder>')  (timm cannot build the {src.config.get('name')} stem from arguments)"
     )
-    extra = {"format": EXPORT_FORMAT, "dtype": dtype, "backbone": src.config, "checksum": checksum}
-    head_checksum = None
-    head_tensors = _cast(src.head, torch_dtype) if src.head is not None else None
-    if head_tensors is not None:
-        head_checksum = tensor_checksum(head_tensors)
-    config["geohead"] = {
+    return {
         "format": EXPORT_FORMAT,
         "version": __version__,
         "timm_loadable": timm_loadable,
@@ -210,12 +238,18 @@ def export_backbone(
         "backbone": src.config,
         "dtype": dtype,
         "checksum": checksum,
-        "files": {"weights": WEIGHTS_NAME, "head": HEAD_WEIGHTS_NAME if head_tensors is not None else None,
-                  "head_spec": HEAD_SPEC_NAME if head_tensors is not None else None},
+        "files": {"weights": WEIGHTS_NAME, "head": HEAD_WEIGHTS_NAME if has_head else None,
+                  "head_spec": HEAD_SPEC_NAME if has_head else None},
         "head_checksum": head_checksum,
         "provenance": src.provenance,
     }
 
+
+def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], tensors: dict[str, Tensor],
+                  head_tensors: dict[str, Tensor] | None, dtype: str, checksum: str, head_checksum: str | None) -> None:
+    """Write the export into a temporary sibling of ``out`` and rename it into place, so a failure
+    leaves nothing half-written."""
+    extra = {"format": EXPORT_FORMAT, "dtype": dtype, "backbone": src.config, "checksum": checksum}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -232,19 +266,6 @@ def export_backbone(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return ExportResult(
-        out_dir=out,
-        weights=out / WEIGHTS_NAME,
-        config=out / CONFIG_NAME,
-        head_weights=out / HEAD_WEIGHTS_NAME if head_tensors is not None else None,
-        head_spec=out / HEAD_SPEC_NAME if head_tensors is not None else None,
-        timm_loadable=timm_loadable,
-        checksum=checksum,
-        num_tensors=len(tensors),
-        num_params=sum(t.numel() for t in tensors.values()),
-        dtype=dtype,
-        branch=src.provenance["branch"],
-    )
 
 
 __all__ = ["ExportResult", "export_backbone", "timm_config"]
