@@ -261,12 +261,8 @@ def escape_curvature(
     if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
         raise ValueError(f"refine must be a non-negative integer (L-BFGS iterations), got {refine!r}")
     g = generator if generator is not None else torch.Generator().manual_seed(0)
-    in_dim = getattr(head, "in_dim", None)
     if state is None:
-        if not isinstance(in_dim, int):
-            raise ValueError("head has no integer in_dim; pass state=objective.collapsed_state(B, d, ...)")
-        # drawn in float64 whatever the mode, so "fast" and "accurate" see the same state
-        state = objective.collapsed_state(batch_size, in_dim, kind=kind, rank=rank, spread=spread, generator=g, dtype=torch.float64)
+        state = _collapsed_state(head, objective, batch_size, kind, rank, spread, g)
     if refine and state.kind != "complete":
         raise ValueError(f"refine looks for a complete-collapse equilibrium; the state is {state.kind!r}")
     kw = dict(predictor=predictor, teacher=teacher, bn_mode=bn_mode, dtype=dtype)
@@ -296,20 +292,9 @@ def escape_curvature(
             equilibrium = "exact" if refinement["iterations"] == 0 else "refined"
     scale_h = lh.scale
     g_op = eh.G_tangent if tangent else eh.G
-    e_op = eh.objective_hessian_tangent if tangent else eh.objective_hessian
-    runs = [lh]
-    lg = le = lha = lga = lea = None
-    if pullback:
-        lg = _lz(g_op, k, "both", max_iter, lanczos_tol, g)
-        runs.append(lg)
-        if tangent:  # the ambient operators, for reference (not part of ``exact``/``converged``)
-            lha = _lz(eh.H, k, "both", max_iter, lanczos_tol, g)
-            lga = _lz(eh.G, k, "both", max_iter, lanczos_tol, g)
-    if objective_spectrum:
-        le = _lz(e_op, k, "both", max_iter, lanczos_tol, g)
-        runs.append(le)
-        if tangent:
-            lea = _lz(eh.objective_hessian, k, "both", max_iter, lanczos_tol, g)
+    lg, le, lha, lga, lea = _other_spectra(eh, tangent, pullback, objective_spectrum,
+                                           lambda op: _lz(op, k, "both", max_iter, lanczos_tol, g))
+    runs = [r for r in (lh, lg, le) if r is not None]
 
     head_curv, pull_curv, directions = _split(eh, lh, g_op, pullback, tol)
     lam_min_h = lh.lambda_min
@@ -363,6 +348,36 @@ def escape_curvature(
         converged=all(r.converged for r in runs),
         n_matvec=n_matvec,
     )
+
+
+def _collapsed_state(head: nn.Module, objective: nn.Module, batch_size: int, kind: str, rank: int, spread: float,
+                     g: torch.Generator) -> Any:
+    """The objective's collapsed state for ``head``'s input width, drawn in float64 whatever the
+    mode, so "fast" and "accurate" see the same state."""
+    in_dim = getattr(head, "in_dim", None)
+    if not isinstance(in_dim, int):
+        raise ValueError("head has no integer in_dim; pass state=objective.collapsed_state(B, d, ...)")
+    return objective.collapsed_state(batch_size, in_dim, kind=kind, rank=rank, spread=spread, generator=g,
+                                     dtype=torch.float64)
+
+
+def _other_spectra(eh: EffectiveHessian, tangent: bool, pullback: bool, objective_spectrum: bool, run) -> tuple:
+    """Lanczos ``run``s (in this order, which fixes the random starts) of the frame's G, the ambient
+    H_eff and G (tangent frame only: references, not part of ``exact``/``converged``), the frame's
+    objective Hessian and the ambient ∇²_e L; None for parts switched off.
+
+    Returns: (G, objective, H ambient, G ambient, objective ambient) LanczosResults or None.
+    """
+    lg = le = lha = lga = lea = None
+    if pullback:
+        lg = run(eh.G_tangent if tangent else eh.G)
+        if tangent:
+            lha, lga = run(eh.H), run(eh.G)
+    if objective_spectrum:
+        le = run(eh.objective_hessian_tangent if tangent else eh.objective_hessian)
+        if tangent:
+            lea = run(eh.objective_hessian)
+    return lg, le, lha, lga, lea
 
 
 def _refined(eh: EffectiveHessian, z2: Tensor, build, measure_h, refine: int, scale_given: float):
