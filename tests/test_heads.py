@@ -163,7 +163,7 @@ def test_whitening_makes_first_preactivation_white(mode: str, in_dim: int, hidde
         assert resid.abs().max() < 1e-4 * w.abs().max()
     if mode == "zca" and hidden >= in_dim:
         # ZCA: W = Σ^{-1/2}, a symmetric matrix
-        w = head.mlp.fc0.weight.double()[:in_dim]
+        w = head.mlp.fc0.weight.detach().double()[:in_dim]
         assert torch.allclose(w, w.T, atol=1e-4 * float(w.abs().max()))
 
 

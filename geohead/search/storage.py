@@ -19,6 +19,7 @@ tell a dead worker's trial from a running one: it stays RUNNING and is not retri
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -139,8 +140,10 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
         retry_kw = "failed_trial_callback"
     kwargs: dict[str, Any] = {}
     if heartbeat:
-        kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": 3 * int(heartbeat),
-                  retry_kw: Retry(max_retry=MAX_RETRY)}
+        with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental" in Optuna
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": 3 * int(heartbeat),
+                      retry_kw: Retry(max_retry=MAX_RETRY)}
     url = _driver(url)
     engine: dict[str, Any] = {}
     if url.startswith("sqlite"):
@@ -148,7 +151,9 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
     else:
         engine = {"pool_pre_ping": True}
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
     except ImportError:
         raise ValueError(f"storage {describe(url)!r}: the database driver is not installed; pip install it "
                          "(PostgreSQL: pip install psycopg2-binary)") from None
