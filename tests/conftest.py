@@ -35,3 +35,13 @@ def one_thread():
     yield
     torch.set_num_threads(old)
 
+
+@pytest.fixture()
+def tiny_whitening():
+    """Expect whiten_'s notice that a tiny search whitens from fewer samples than dimensions."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"whiten_: .* samples for", category=UserWarning)
+        yield
+

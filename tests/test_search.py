@@ -19,8 +19,7 @@ from geohead.search import SearchConfig, run_search
 from geohead.search.outputs import read_trials_csv
 from geohead.search.space import DIMENSIONS
 
-#: The tiny searches whiten from fewer samples than dimensions; whiten_ says so, as it should.
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:whiten_.*samples for:UserWarning")]
+pytestmark = pytest.mark.usefixtures("one_thread", "tiny_whitening")
 ROOT = Path(__file__).resolve().parents[1]
 #: A search that takes ~2 s per trial on one CPU thread.
 TINY = dict(n_train=256, batch_size=64, steps=2, probe_train=128, probe_test=64, orbit_images=8, families=("hue",),

@@ -8,8 +8,7 @@ import pytest
 from geohead.search import SearchConfig, SearchError, run_search
 from geohead.search.results import read_trials_csv
 
-#: The tiny searches whiten from fewer samples than dimensions; whiten_ says so, as it should.
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:whiten_.*samples for:UserWarning")]
+pytestmark = pytest.mark.usefixtures("one_thread", "tiny_whitening")
 #: 128 images in batches of 32: 4 steps an epoch.
 TINY = dict(n_train=128, batch_size=32, probe_train=64, probe_test=32, orbit_images=8, families=("hue",),
             screen_batch=32, timeout=None, progress=False, heartbeat=2)

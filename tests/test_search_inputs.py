@@ -11,8 +11,7 @@ from click.testing import CliRunner
 from geohead.cli import main
 from geohead.search import SearchConfig, SearchError, run_search
 
-#: The tiny searches whiten from fewer samples than dimensions; whiten_ says so, as it should.
-pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:whiten_.*samples for:UserWarning")]
+pytestmark = pytest.mark.usefixtures("one_thread", "tiny_whitening")
 #: CLI flags of a one-trial search that takes a few seconds.
 TINY_CLI = ["--n-train", "128", "--batch-size", "32", "--steps", "2", "--trials", "1", "--probe-train", "64",
             "--probe-test", "32", "--timeout", "0", "--no-progress"]

@@ -138,12 +138,6 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
     except ImportError:  # optuna < 4.9
         from optuna.storages import RetryFailedTrialCallback as Retry  # type: ignore[no-redef]
         retry_kw = "failed_trial_callback"
-    kwargs: dict[str, Any] = {}
-    if heartbeat:
-        with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental" in Optuna
-            warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-            kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": 3 * int(heartbeat),
-                      retry_kw: Retry(max_retry=MAX_RETRY)}
     url = _driver(url)
     engine: dict[str, Any] = {}
     if url.startswith("sqlite"):
@@ -151,8 +145,12 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
     else:
         engine = {"pool_pre_ping": True}
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # heartbeats and their retry callback are "experimental" in Optuna
             warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+            kwargs: dict[str, Any] = {}
+            if heartbeat:
+                kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": 3 * int(heartbeat),
+                          retry_kw: Retry(max_retry=MAX_RETRY)}
             return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
     except ImportError:
         raise ValueError(f"storage {describe(url)!r}: the database driver is not installed; pip install it "
