@@ -126,10 +126,10 @@ def head_of_trial(folder: Path, number: int) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------- full-budget training
 def train_config(objective: str, data: dict[str, str], seed: int, epochs: int, n_train: int | None, n_test: int | None,
-                 head: dict[str, Any], out: Path, backbone: str | None) -> Any:
+                 head: dict[str, Any], out: Path, backbone: str | None, checkpoints: int = 4) -> Any:
     """The search's training config for ``objective`` (seed, views, optimiser, warm-up fraction)
     run ``epochs`` full epochs, with ``head`` ({"spec": dict} or {"preset", "smooth", "spec"}) and
-    the probes on the test file."""
+    the probes on the test file; ``checkpoints`` evenly spaced checkpoints to resume from."""
     from geohead.config import config_from_dict
     from geohead.data import load_dataset
     from geohead.search.config import SearchConfig, base_train_config
@@ -141,7 +141,7 @@ def train_config(objective: str, data: dict[str, str], seed: int, epochs: int, n
     d, _ = base_train_config(scfg, n)
     d["out"] = str(out)
     d["data"].update(test=data["test"], n_test=n_test)
-    d["track"].update(log_every=max(1, steps // 20), ckpt_every=max(1, steps // 4))
+    d["track"].update(log_every=max(1, steps // 20), ckpt_every=max(1, steps // checkpoints))
     d["probe"] = {"enabled": True, "n_train": n_train, "n_test": n_test, "factors": False, "linear": True}
     d["head"] = head
     return config_from_dict(d)
