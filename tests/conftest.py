@@ -38,10 +38,12 @@ def one_thread():
 
 @pytest.fixture()
 def tiny_whitening():
-    """Expect whiten_'s notice that a tiny search whitens from fewer samples than dimensions."""
+    """Expect whiten_'s notices that a tiny search whitens from fewer samples than dimensions
+    (so the features' rank is below the width)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"whiten_: .* samples for", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r"whiten_: features have numerical rank", category=UserWarning)
         yield
 

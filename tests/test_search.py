@@ -52,17 +52,18 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
                     "screen_escape_lambda_min", "screen_heff_condition", "screen_fisher_rank_loss", "seed", "worker"):
             assert r.get(col) is not None, col
         assert r["seed"] == 0 and 0.0 <= r["knn_backbone"] <= 1.0 and r["value"] == pytest.approx(r["score"])
-    # best_head.json is the best trial's spec and builds a head; geohead train --head reads it
+    # pick_head.json is the best trial's spec and builds a head; geohead train --head reads it
+    # (best_head.json is the verdict's choice: tests/test_search_verdict.py)
     summary = json.loads((out / "search.json").read_text())
     best = max(done, key=lambda r: r["score"])
     assert summary["best"]["number"] == best["number"]
-    spec = HeadSpec.load(out / "best_head.json")
+    spec = HeadSpec.load(out / "pick_head.json")
     assert spec.depth == best["depth"] and spec.out_dim == best["out_dim"] and spec.in_dim == 128
-    head = GeometricHead.from_spec(out / "best_head.json")
+    head = GeometricHead.from_spec(out / "pick_head.json")
     assert head(torch.randn(4, 128)).shape[1] == spec.output_dim
     from geohead.config import load_recipe
 
-    cfg = load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{out / "best_head.json"}"'])
+    cfg = load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{out / "pick_head.json"}"'])
     assert cfg.head.resolve("barlow", 128) == spec
     assert summary["plots"] == ["criteria_vs_knn.png", "pareto_front.png", "param_importances.png"]
     assert summary["spearman"]["n"] == len(done) and set(summary["trials"]) >= {"complete", "pruned", "failed"}
@@ -127,31 +128,36 @@ def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, mon
 def test_a_repeated_head_is_not_trained_not_counted_and_the_sampler_moves_on(tmp_path) -> None:
     import optuna
 
+    from geohead.heads import preset_spec
+    from geohead.search.reference import enqueue_reference, reference_spec
+    from geohead.search.space import SearchSpace
+
     out = tmp_path / "search"
     out.mkdir()
     study = optuna.create_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}",
                                 direction="maximize")
+    space = SearchSpace.default(128)
+    # the published head first (the search enqueues it only when the study has none), then a head twice
+    assert enqueue_reference(study, space, reference_spec("barlow", preset_spec("barlow", 128), space))
     head = {"depth": 1, "out_dim": 64, "last_norm": "none", "whiten": "none"}
     study.enqueue_trial(head)
     study.enqueue_trial(head)
-    run_search(tiny(out, trials=2))
-    t0, t1, t2 = load(out).trials
+    run_search(tiny(out, trials=3, confirm_seeds=0))
+    ref, t0, t1, t2 = load(out).trials
+    assert ref.user_attrs["reference"] == "published" and ref.state.name == "COMPLETE"
     assert t0.state.name == "COMPLETE" and "duplicate_of" not in t0.user_attrs
     # the repeat: PRUNED without a value (TPE ranks it among the worst), not trained, not counted
-    assert t1.state.name == "PRUNED" and t1.user_attrs["duplicate_of"] == 0 and not t1.intermediate_values
-    assert not (out / "trials" / "0001").exists()
+    assert t1.state.name == "PRUNED" and t1.user_attrs["duplicate_of"] == 1 and not t1.intermediate_values
+    assert not (out / "trials" / "0002").exists()
     # the next trial measures an unmeasured neighbour of the repeated head: one dimension changed
-    assert t2.user_attrs["steered_from"] == 1 and t2.state.name in ("COMPLETE", "PRUNED")
-    from geohead.search.space import SearchSpace
-
-    space = SearchSpace.default(128)
+    assert t2.user_attrs["steered_from"] == 2 and t2.state.name in ("COMPLETE", "PRUNED")
     p0, p2 = (space.params_of(HeadSpec.from_dict(t.user_attrs["head"])) for t in (t0, t2))
     changed = [k for k in DIMENSIONS if p0.get(k) != p2.get(k)]
     assert changed and (len(changed) == 1 or "depth" in changed), (p0, p2)
     summary = json.loads((out / "search.json").read_text())
-    assert summary["trials"]["duplicates"] == 1 and summary["trials"]["done"] == 2
+    assert summary["trials"]["duplicates"] == 1 and summary["trials"]["done"] == 3
     rows = read_trials_csv(out / "trials.csv")
-    assert rows[1]["duplicate_of"] == 0 and "repeats the head of trial 0" in rows[1]["pruned_by"]
+    assert rows[2]["duplicate_of"] == 1 and "repeats the head of trial 1" in rows[2]["pruned_by"]
 
 
 def test_the_search_ends_when_the_space_is_exhausted(tmp_path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("tiny_whitening")
 
 
 def test_transfer_benchmark_at_smoke_scale(tmp_path, shared_data) -> None:

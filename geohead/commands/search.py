@@ -26,6 +26,17 @@ def _timeout(value: str | None) -> float | None:
     return seconds or None
 
 
+def _workers(value: str) -> int | str:
+    """``auto`` or a positive integer (checked by :meth:`SearchConfig.validate`)."""
+    text = value.strip().lower()
+    if text == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        fail(f"--workers {value!r} is not a number; write a positive integer or auto")
+
+
 @click.command()
 @click.option("--objective", default="barlow", show_default=True, help="SSL objective: simclr, byol, simsiam, barlow, vicreg, dino.")
 @click.option("--data", default="shapes", show_default=True, help="Training data: shapes (built in), cifar10, cifar100, an .npz file or an image folder.")
@@ -42,7 +53,7 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--trials", type=int, default=100, show_default=True, help="Distinct heads the study should measure (a rerun resumes up to this; a repeat of a measured head does not count); on CPU the --timeout usually ends the search first.")
 @click.option("--timeout", default="480", show_default=True, help="No new trial starts after this long (seconds, or 8m / 1.5h; 0 = no limit).")
-@click.option("--workers", type=int, default=1, show_default=True, help="Local worker processes sharing the storage.")
+@click.option("--workers", default="1", show_default=True, help="Local worker processes sharing the storage, each with its share of the CPU cores (or its own GPU); auto: one per GPU, or on CPU min(4, cores).")
 @click.option("--storage", default=None, help="Optuna storage: sqlite:///file.db (default: OUT/study.db), postgresql://user@host/db, or a journal file (journal:PATH or *.log).")
 @click.option("--study", "study", default=None, help="Study name (default: objective-data-backbone); an existing study is resumed.")
 @click.option("--out", default=None, help="Output folder (default: runs/search_<objective>).")
@@ -50,7 +61,7 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
 @click.option("--score", type=click.Choice(["geometry", "knn"]), default="geometry", show_default=True,
               help="What Optuna maximises: the label-free geometric score, or kNN accuracy (needs labels).")
-@click.option("--multi", is_flag=True, help="NSGA-II over the four label-free criteria (no pruning).")
+@click.option("--multi", is_flag=True, help="NSGA-II over the label-free criteria of the score (no pruning).")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "nsga2"]), default=None, help="Optuna sampler (default: tpe; nsga2 with --multi).")
 @click.option("--fix", multiple=True, metavar="KEY=VALUE", help="Fix a head dimension, e.g. --fix activation=silu.")
 @click.option("--range", "ranges", multiple=True, metavar="KEY=LO:HI|a,b", help="Narrow a dimension, e.g. --range depth=2:3 or --range norm=batch,layer.")
@@ -61,12 +72,13 @@ def _timeout(value: str | None) -> float | None:
 @click.option("--heartbeat", type=int, default=20, show_default=True, help="Seconds between heartbeats of a running trial (RDB storages).")
 @click.option("--keep-checkpoints", is_flag=True, help="Keep every trial's last.ckpt.")
 @click.option("--no-progress", is_flag=True, help="No progress bar over the study.")
+@click.option("--confirm-seeds", type=int, default=1, show_default=True, help="Fresh seeds at which the verdict re-trains the pick and the published head (0: no verdict runs).")
 def search(objective: str, data: str, test: str | None, data_root: str | None, download: bool, n_train: int | None, img_size: int, backbone: str | None,
            min_steps: int | None, max_steps: int | None, reduction_factor: int, steps: int | None, batch_size: int,
            trials: int, timeout: str, workers: int, storage: str | None, study: str | None,
            out: str | None, seed: int, device: str, score: str, multi: bool, sampler: str | None, fix: tuple[str, ...],
            ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool,
-           heartbeat: int, keep_checkpoints: bool, no_progress: bool) -> None:
+           heartbeat: int, keep_checkpoints: bool, no_progress: bool, confirm_seeds: int) -> None:
     """Design a projection head for OBJECTIVE on your backbone and data.
 
     Each trial screens a candidate head at init (escape curvature at collapse where Thm 4.1's
@@ -75,7 +87,11 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
     backbone kNN accuracy is recorded as ground truth. Writes best_head.json, trials.csv,
     rungs.csv, search.json, PNG plots and prints the top heads with the Spearman correlation
     between the label-free score and kNN accuracy, and the optuna-dashboard command that browses
-    the study. Every input is checked before anything is written; rerunning resumes the study.
+    the study. Every study also measures the method's published head; the search ends with a
+    verdict: the pick and the published head re-trained at --confirm-seeds fresh seeds, and the
+    published head goes to best_head.json when the pick's margin is within the noise (the pick
+    is in pick_head.json). Every input is checked before anything is written; rerunning resumes
+    the study.
     """
     from geohead.search import SearchConfig, SearchError, SpaceError, run_search
 
@@ -83,11 +99,11 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
         fail(f"--steps {steps} fixes both --min-steps and --max-steps; give --steps alone or --min-steps/--max-steps")
     cfg = SearchConfig(
         objective=objective, out=out, data=data, test=test, data_root=data_root, download=download, n_train=n_train, img_size=img_size, backbone=backbone,
-        min_steps=min_steps, max_steps=max_steps, reduction_factor=reduction_factor, steps=steps, batch_size=batch_size, trials=trials, timeout=_timeout(timeout), workers=workers,
+        min_steps=min_steps, max_steps=max_steps, reduction_factor=reduction_factor, steps=steps, batch_size=batch_size, trials=trials, timeout=_timeout(timeout), workers=_workers(workers),
         storage=storage, study=study, seed=seed, device=device, score=score, multi=multi, sampler=sampler,
         fix=tuple(fix), ranges=tuple(ranges), overrides=tuple(overrides), probe_train=probe_train,
         probe_test=probe_test, prune=not no_prune, heartbeat=heartbeat, keep_checkpoints=keep_checkpoints,
-        progress=not no_progress,
+        progress=not no_progress, confirm_seeds=confirm_seeds,
     )
     try:
         cfg.validate()
@@ -97,6 +113,6 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
     except KeyboardInterrupt:
         sys.exit(130)
     click.echo(result.table)
-    click.echo(f"\noutputs in {result.out_dir}: best_head.json, trials.csv, rungs.csv, search.json, "
+    click.echo(f"\noutputs in {result.out_dir}: best_head.json, pick_head.json, trials.csv, rungs.csv, search.json, "
                + ", ".join(result.summary.get("plots", [])))
     click.echo(f"browse the study (pip install 'geohead[dashboard]'):\n  {result.dashboard}")

@@ -28,6 +28,20 @@ class SearchError(ValueError):
     """Bad search settings (a value that cannot work, with the fix in the message)."""
 
 
+def auto_workers(device: str, n_cpu: int | None = None, n_cuda: int | None = None) -> int:
+    """``--workers auto``: one worker per visible GPU when the search runs on CUDA, else
+    min(4, CPU cores) (each worker then takes cores // workers threads)."""
+    import os
+
+    import torch
+
+    n_cuda = torch.cuda.device_count() if n_cuda is None else n_cuda
+    if device.startswith("cuda") or (device == "auto" and n_cuda > 0):
+        return 1 if ":" in device else max(1, n_cuda)
+    n_cpu = (os.cpu_count() or 1) if n_cpu is None else n_cpu
+    return max(1, min(4, n_cpu))
+
+
 @dataclasses.dataclass
 class SearchConfig:
     """Settings of ``geohead search`` (the defaults are the README's CPU command).
@@ -51,11 +65,12 @@ class SearchConfig:
         batch_size: images per training step.
         trials: distinct heads the study should measure (complete, pruned or failed; a trial that
             repeats a measured head is not counted); timeout: seconds after which no new trial
-            starts (None: no limit); workers: local processes sharing the storage.
+            starts (None: no limit); workers: local processes sharing the storage, or ``auto``
+            (:func:`~geohead.search.config.auto_workers`: one per GPU, on CPU min(4, cores)).
         storage, study: Optuna storage (see :mod:`geohead.search.storage`) and study name.
         seed, device: the common seed of every trial; ``auto``/``cpu``/``cuda``.
-        score: ``geometry`` (label-free, default) or ``knn``; multi: NSGA-II over the four
-            normalised criteria; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
+        score: ``geometry`` (label-free, default) or ``knn``; multi: NSGA-II over the normalised
+            criteria of ``SCORE_CRITERIA``; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
         probe_train, probe_test, orbit_images, families, screen_batch: sizes of the measurements.
         prune: the screen's escape constraint (where Thm 4.1's premise holds: see
@@ -65,6 +80,8 @@ class SearchConfig:
         keep_checkpoints: keep every trial's last.ckpt (default: deleted once the trial is measured;
             ``geohead train --head best_head.json`` retrains the winner at full length).
         progress: one progress bar over the whole study (trials, time, best score).
+        confirm_seeds: fresh seeds at which the verdict re-trains the pick and the published head
+            (:mod:`geohead.search.verdict`; 0: no verdict runs, the pick is reported unchecked).
     """
 
     objective: str = "barlow"
@@ -83,7 +100,7 @@ class SearchConfig:
     batch_size: int = 256
     trials: int = 100
     timeout: float | None = 480.0
-    workers: int = 1
+    workers: int | str = 1
     storage: str | None = None
     study: str | None = None
     seed: int = 0
@@ -103,6 +120,7 @@ class SearchConfig:
     heartbeat: int = 20
     keep_checkpoints: bool = False
     progress: bool = True
+    confirm_seeds: int = 1
 
     def __post_init__(self) -> None:
         if self.min_steps is None:
@@ -176,7 +194,7 @@ class SearchConfig:
         if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1):
             raise SearchError(f"--steps must be a positive integer, got {self.steps!r}")
         positive = {"min_steps": self.min_steps, "max_steps": self.max_steps, "batch_size": self.batch_size,
-                    "trials": self.trials, "workers": self.workers, "img_size": self.img_size, "probe_train": self.probe_train, "probe_test": self.probe_test,
+                    "trials": self.trials, "workers": 1 if self.workers == "auto" else self.workers, "img_size": self.img_size, "probe_train": self.probe_train, "probe_test": self.probe_test,
                     "orbit_images": self.orbit_images, "screen_batch": self.screen_batch, "heartbeat": self.heartbeat}
         for key, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -188,6 +206,8 @@ class SearchConfig:
             raise SearchError(f"--reduction-factor must be an integer >= 2, got {self.reduction_factor!r}")
         if self.n_train is not None and self.n_train < self.batch_size:
             raise SearchError(f"--n-train {self.n_train} is smaller than --batch-size {self.batch_size}; raise it or lower the batch")
+        if isinstance(self.confirm_seeds, bool) or not isinstance(self.confirm_seeds, int) or self.confirm_seeds < 0:
+            raise SearchError(f"--confirm-seeds must be an integer >= 0, got {self.confirm_seeds!r}")
         if self.timeout is not None and not self.timeout > 0:
             raise SearchError(f"--timeout must be > 0 seconds (or 0 for no limit), got {self.timeout!r}")
         if self.screen_batch < 2:
@@ -245,4 +265,5 @@ def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any],
         raise SearchError(f"--set: {exc}") from None
 
 
-__all__ = ["BUILTIN_DATA", "SAMPLERS", "SCORES", "SHAPES_VIEW_ARGS", "SearchConfig", "SearchError", "base_train_config"]
+__all__ = ["BUILTIN_DATA", "SAMPLERS", "SCORES", "SHAPES_VIEW_ARGS", "SearchConfig", "SearchError", "auto_workers",
+           "base_train_config"]

@@ -1,14 +1,18 @@
 """What a search leaves in its folder: trials.csv, rungs.csv, best_head.json, search.json, PNGs, a table.
 
 * ``trials.csv``, ``rungs.csv``: see :mod:`geohead.search.results`.
-* ``best_head.json``: the best trial's :class:`~geohead.heads.HeadSpec` (highest objective value
-  among the trials that trained the full budget; for ``--multi`` the Pareto-optimal trial with the
-  highest label-free score), readable by ``GeometricHead.from_spec`` and ``geohead train --head``.
+* ``best_head.json``: the recommended head's :class:`~geohead.heads.HeadSpec`, readable by
+  ``GeometricHead.from_spec`` and ``geohead train --head``: the pick (the best trial: highest
+  objective value among the trials that trained the full budget; for ``--multi`` the
+  Pareto-optimal trial with the highest label-free score), or the published head when the
+  verdict (:mod:`geohead.search.verdict`) finds the pick's margin over it within the noise;
+  ``pick_head.json`` always holds the pick.
 * ``search.json``: the summary: heads measured (complete, pruned at the screen or by successive
   halving, failed; duplicates), why the search stopped, the budget and its rungs, the Spearman
   correlation of the label-free score with backbone kNN accuracy (ρ, p, n) over completed trials
   and at each rung, the same for every criterion, the best trial, wall time, parameter
-  importances, the PNG names and the optuna-dashboard command.
+  importances, the PNG names, the optuna-dashboard command, the reference (published head)
+  trial and the verdict (margin, noise, which head is recommended and why).
 * PNGs from :func:`~geohead.search.plots.write_search_plots`.
 """
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 
 from geohead.io import atomic_write_text
 from geohead.search.plots import write_search_plots
+from geohead.search.reference import reference_trial
 from geohead.search.results import (  # noqa: F401 - read_trials_csv: callers of the former outputs.read_trials_csv
     TRUTH, correlations, fmt, fmt_p, importances, num, read_trials_csv, rung_correlations, rung_rows, trial_rows,
     unique_complete, write_trials_csv,
@@ -65,10 +70,13 @@ def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], va
 
 
 def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped: str = "target",
-                  dashboard: str = "", premise: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
-    """Write trials.csv, rungs.csv, best_head.json, the plots, search.json and table.txt; return
-    (summary, table). ``stopped``: why the search ended; ``dashboard``: the optuna-dashboard
-    command; ``premise``: :meth:`EscapePremise.to_dict` (whether the escape criterion was on)."""
+                  dashboard: str = "", premise: dict[str, Any] | None = None,
+                  verdict: Any | None = None) -> tuple[dict[str, Any], str]:
+    """Write trials.csv, rungs.csv, best_head.json (and pick_head.json), the plots, search.json
+    and table.txt; return (summary, table). ``stopped``: why the search ended; ``dashboard``: the
+    optuna-dashboard command; ``premise``: :meth:`EscapePremise.to_dict` (whether the escape
+    criterion was on); ``verdict``: the :class:`~geohead.search.verdict.Verdict` (None: the pick
+    is recommended unchecked, e.g. after an interrupt)."""
     from geohead.search.score import SCORE_WEIGHTS
     from geohead.search.storage import count_trials
 
@@ -81,7 +89,11 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     multi = len(study.directions) > 1
     value_key = "score" if multi or cfg.score == "geometry" else TRUTH
     best = best_trial(study)
-    best_info = _write_best(best, out / "best_head.json") if best is not None else None
+    best_info = _write_best(best, out / "pick_head.json") if best is not None else None
+    ref = reference_trial(study)
+    recommended = ref if verdict is not None and verdict.recommended == "published" else best
+    if recommended is not None:
+        _write_best(recommended, out / "best_head.json")
     corr = correlations(rows)
     plots = write_search_plots(out)
     counts = count_trials(study)
@@ -101,6 +113,8 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
         "rung_spearman": rung_correlations(rungs),
         "correlations": corr,
         "best": best_info,
+        "reference": _trial_info(ref) if ref is not None else None,
+        "verdict": verdict.to_dict() if verdict is not None else None,
         "wall_time_s": wall_time,
         "trial_seconds": sum(float(r["duration_s"]) for r in rows if num(r.get("duration_s")) is not None),
         "importances": {"score": importances(rows, "score"), TRUTH: importances(rows, TRUTH)},
@@ -109,25 +123,33 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     }
     atomic_write_text(out / "search.json", json.dumps(summary, indent=2, default=str) + "\n")
     table = format_table(rows, corr, value_key)
-    head = _headline(summary, out / "best_head.json", cfg.max_steps)
+    head = _headline(summary, out, cfg.max_steps)
     atomic_write_text(out / "table.txt", head.lstrip("\n") + "\n\n" + table + "\n")
     return summary, head + "\n\n" + table
 
 
 def _write_best(best: Any, path: Path) -> dict[str, Any]:
-    """Write the best trial's head to ``path``; return its entry of search.json."""
+    """Write a trial's head to ``path``; return its entry of search.json."""
+    from geohead.heads import HeadSpec
+
+    HeadSpec.from_dict(best.user_attrs["head"]).to_json(path)
+    return _trial_info(best)
+
+
+def _trial_info(best: Any) -> dict[str, Any]:
+    """A trial's entry of search.json: number, values, score, kNN accuracies, head."""
     from geohead.heads import HeadSpec
 
     spec = HeadSpec.from_dict(best.user_attrs["head"])
-    spec.to_json(path)
     ua = best.user_attrs
     return {"number": best.number, "values": list(best.values), "score": ua.get("score"),
             "knn_backbone": ua.get("knn_backbone"), "knn_head": ua.get("knn_head"), "head": spec.to_dict()}
 
 
-def _headline(summary: dict[str, Any], best_path: Path, max_steps: int) -> str:
+def _headline(summary: dict[str, Any], out: Path, max_steps: int) -> str:
     """The lines above the table: heads measured, why the search stopped, wall time, the best
-    head, the score's Spearman ρ at each rung and at the full budget."""
+    head, the verdict against the published head, the score's Spearman ρ at each rung and at
+    the full budget."""
     from geohead.heads import HeadSpec
 
     counts, best, s = summary["trials"], summary["best"], summary["spearman"]
@@ -142,7 +164,8 @@ def _headline(summary: dict[str, Any], best_path: Path, max_steps: int) -> str:
         head += f"\nescape criterion {'ON' if esc['on'] else 'OFF'}: {esc['reason']}"
     if best is not None:
         head += (f"\nbest trial {best['number']}: {HeadSpec.from_dict(best['head']).describe()}; "
-                 f"score {fmt(best['score'])}, kNN {fmt(best['knn_backbone'])} -> {best_path}")
+                 f"score {fmt(best['score'])}, kNN {fmt(best['knn_backbone'])} -> {out / 'pick_head.json'}")
+    head += _verdict_lines(summary, out)
     for step, r in summary.get("rung_spearman", {}).items():
         head += (f"\nlabel-free score vs kNN accuracy at step {step} (every trial that trained so far): Spearman rho = "
                  f"{fmt(r.get('rho'))} (p = {fmt_p(r.get('p'))}, n = {r.get('n', 0)})")
@@ -150,6 +173,23 @@ def _headline(summary: dict[str, Any], best_path: Path, max_steps: int) -> str:
              f"{fmt(s.get('rho'))} (p = {fmt_p(s.get('p'))}, n = {s.get('n', 0)})")
     return head
 
+
+def _verdict_lines(summary: dict[str, Any], out: Path) -> str:
+    """The published head's line and the verdict's, naming the head best_head.json holds."""
+    from geohead.heads import HeadSpec
+
+    ref, v = summary.get("reference"), summary.get("verdict")
+    lines = ""
+    if ref is not None:
+        lines += (f"\npublished head (trial {ref['number']}): {HeadSpec.from_dict(ref['head']).describe()}; "
+                  f"score {fmt(ref['score'])}, kNN {fmt(ref['knn_backbone'])}")
+    if v is None:
+        return lines + (f"\nverdict: not measured; {out / 'best_head.json'} holds the pick" if summary.get("best") else "")
+    which = {"pick": "the pick", "published": "the published head", "pick_unchecked": "the pick (unchecked)"}
+    lines += f"\nverdict: {v['reason']} -> {out / 'best_head.json'} holds {which[v['recommended']]}"
+    if v.get("knn_margin") is not None:
+        lines += f" (kNN margin at the fresh seeds: {100 * v['knn_margin']:+.1f} points)"
+    return lines
 
 
 __all__ = ["best_trial", "format_table", "write_outputs"]

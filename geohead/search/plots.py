@@ -27,7 +27,7 @@ def write_search_plots(out_dir: Path) -> list[Path]:
 
     Writes ``criteria_vs_knn.png`` (each criterion against backbone kNN accuracy, Spearman ρ in
     the panel titles), ``pareto_front.png`` (orbit compression vs backbone RankMe criteria, the
-    Pareto-optimal trials over the four score criteria marked, colour = kNN accuracy) and
+    Pareto-optimal trials over the score criteria (``SCORE_CRITERIA``) marked, colour = kNN accuracy) and
     ``param_importances.png`` (η² of score and kNN accuracy per head dimension). Returns the paths
     written (a plot without data to show is skipped). Raises ``FileNotFoundError`` without trials.csv.
     """

@@ -3,7 +3,9 @@
 The study lives in an Optuna storage (:mod:`geohead.search.storage`, default ``OUT/study.db``);
 one or more workers (:mod:`geohead.search.workers`) run trials (:mod:`geohead.search.trial`)
 until it holds ``trials`` distinct measured heads, the timeout passes or the space is exhausted,
-then the outputs are written (:mod:`geohead.search.outputs`). ``trials`` counts heads measured by
+then the pick is checked against the published head, which every study measures
+(:mod:`geohead.search.reference`, :mod:`geohead.search.verdict`), and the outputs are written
+(:mod:`geohead.search.outputs`). ``trials`` counts heads measured by
 the study (complete, pruned, failed; a trial that repeated a head is not counted), so rerunning
 the same command resumes a study until it holds ``trials`` of them; a FAIL that was retried (its
 worker died) is replaced by its retry.
@@ -23,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError
+from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, auto_workers
+from geohead.search.reference import enqueue_reference, reference_spec, reference_trial
 from geohead.search.study import create_study, quiet_optuna
 from geohead.search.workers import echo_stderr, prepare_and_describe, run_worker, worker_main
 
@@ -75,11 +78,15 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     cfg = dataclasses.replace(cfg, download=False)
     quiet_optuna()
     say = echo or echo_stderr
+    if cfg.workers == "auto":
+        cfg = dataclasses.replace(cfg, workers=auto_workers(cfg.device))
+        say(f"--workers auto: {cfg.workers} worker process(es)")
     inputs = prepare_and_describe(cfg, say)  # the backbone built, the data prepared: nothing written yet
     out = cfg.out_dir
     url = storage_url(cfg.storage, out)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage, study = _open_study(cfg, url, out)
+    enqueue_reference(study, inputs.space, reference_spec(cfg.objective, inputs.base_spec, inputs.space))
     t0 = time.time()
     deadline = t0 + cfg.timeout if cfg.timeout else None
     say(f"geohead search: {cfg.objective} on {cfg.data}, study {cfg.study_name!r} in {describe(url)}, "
@@ -97,12 +104,25 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     finally:
         bar.close()
     study = optuna.load_study(study_name=cfg.study_name, storage=storage)
+    verdict = None if interrupted else _verdict(cfg, study, inputs, say)
     dashboard = dashboard_command(url)
     summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
-                                   premise=inputs.premise.to_dict())
+                                   premise=inputs.premise.to_dict(), verdict=verdict)
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)
+
+
+def _verdict(cfg: SearchConfig, study: Any, inputs: Any, say: Callable[[str], None]) -> Any:
+    """The pick against the published head at ``cfg.confirm_seeds`` fresh seeds
+    (:mod:`geohead.search.verdict`), trained here on the prepared ``inputs``."""
+    from geohead.search.outputs import best_trial
+    from geohead.search.trial import TrialRunner
+    from geohead.search.verdict import run_verdict
+
+    runner = TrialRunner(cfg, inputs, say)
+    return run_verdict(best_trial(study), reference_trial(study), cfg.confirm_seeds, cfg.seed, cfg.out_dir / "confirm",
+                       runner.measure_head, say)
 
 
 def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:

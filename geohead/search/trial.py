@@ -7,21 +7,24 @@ accuracy comparable across ~30 short trials. The seed is recorded with every tri
 A trial:
 
 1. samples a head from the :class:`~geohead.search.space.SearchSpace` (TPE by default,
-   NSGA-II with ``multi``, or random);
-2. screens it at init (:func:`~geohead.search.criteria.screen`): a head that cannot escape
-   collapse *and* has a badly conditioned H_eff is PRUNED before any training;
+   NSGA-II with ``multi``, or random); the reference trial measures the method's published head
+   instead (:mod:`geohead.search.reference`) and is never pruned;
+2. screens it at init (:func:`~geohead.search.criteria.screen`): where Thm 4.1's premise holds
+   for the objective (:mod:`geohead.search.escape`), a head that cannot escape collapse is
+   PRUNED before any training; the other screen criteria are recorded, not acted on;
 3. trains backbone + head with :func:`geohead.train.train` on one schedule of ``max_steps``
    steps; at each successive-halving rung (:mod:`geohead.search.study`) it measures the trained
    criteria, reports its value and stops when it is not among the best 1/r there (single-objective
    studies: Optuna does not prune multi-objective ones, whose trials train ``max_steps``);
 4. measures the trained criteria (:func:`~geohead.search.criteria.trained_criteria`) and returns
-   the label-free score (default), kNN accuracy (``score="knn"``), or the four normalised criteria
-   (``multi``).
+   the label-free score (default), kNN accuracy (``score="knn"``), or the normalised criteria of
+   :data:`~geohead.search.score.SCORE_CRITERIA` (``multi``).
 
 A NaN/inf loss or criterion, or any other error inside a trial, makes the trial FAIL (reason in
 its ``fail_reason`` attribute) and the study goes on. A trial that draws a head the study has
 measured is not trained (:mod:`geohead.search.seen`): under the common seed the result would be
-identical.
+identical. :meth:`TrialRunner.measure_head` trains a head at another seed outside the study (the
+verdict's confirmation runs, :mod:`geohead.search.verdict`).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from geohead.search.criteria import TrialDiverged, screen, trained_criteria
 from geohead.search.escape import screen_verdict
 from geohead.search.score import SCORE_CRITERIA, geometric_score, score_components
 from geohead.search.inputs import TrialInputs
+from geohead.search.reference import in_space, is_reference, reference_spec
 from geohead.search.seen import head_key, measured_heads, unmeasured_params
 
 
@@ -98,7 +102,7 @@ class TrialRunner:
         # attributes, so "trial" holds the original number there
         first = trial.user_attrs.get("retry_of", trial.user_attrs.get("trial"))
         retry_of = int(first) if first is not None and int(first) != trial.number else None
-        spec = self.inputs.space.suggest(trial, self.inputs.base_spec)
+        spec = self._head(trial)
         trial.set_user_attr("trial", trial.number)
         if retry_of is not None:
             trial.set_user_attr("retry_of", retry_of)
@@ -106,6 +110,20 @@ class TrialRunner:
         trial.set_user_attr("seed", self.cfg.seed)
         trial.set_user_attr("worker", self.worker_id)
         return spec, retry_of
+
+    def _head(self, trial: Any) -> HeadSpec:
+        """The trial's head: the sampler's draw, or the published head for the reference trial
+        (:mod:`geohead.search.reference`; drawn through the space when the space holds it, so the
+        sampler learns from it)."""
+        space, base = self.inputs.space, self.inputs.base_spec
+        if not is_reference(trial):
+            return space.suggest(trial, base)
+        spec = reference_spec(self.cfg.objective, base, space)
+        if in_space(space, spec):
+            drawn = space.suggest(trial, base)
+            if drawn != spec:
+                raise TrialError(f"the reference trial drew {drawn.describe()}, not {spec.describe()}")
+        return spec
 
     def _screen(self, trial: Any, spec: HeadSpec) -> None:
         """Screen ``spec`` at init and record the criteria and the escape constraint; prune it
@@ -121,7 +139,7 @@ class TrialRunner:
             trial.set_user_attr(k, v)
         verdict = screen_verdict(crit, self.inputs.premise)
         trial.set_user_attr("constraint", 1.0 if verdict else 0.0)
-        if verdict and self.cfg.prune and not self.cfg.multi:
+        if verdict and self.cfg.prune and not self.cfg.multi and not is_reference(trial):
             trial.set_user_attr("pruned_by", verdict)
             raise optuna.TrialPruned(verdict)
 
@@ -144,7 +162,7 @@ class TrialRunner:
         record the trained criteria and return the trial's objective value(s)."""
         from geohead.train import TrainingDiverged, train
 
-        tcfg = self._train_config(trial.number, spec)
+        tcfg = self._train_config(self.trial_dir(trial.number), spec)
         callback = None if self.cfg.multi else self._rung_callback(trial)
         t0 = time.perf_counter()
         try:
@@ -184,7 +202,7 @@ class TrialRunner:
             trial.set_user_attr("rungs", rungs)
             trial.set_user_attr("steps_trained", info.step)
             trial.report(value, info.step)
-            if self.cfg.prune and trial.should_prune():
+            if self.cfg.prune and not is_reference(trial) and trial.should_prune():
                 what = "kNN" if self.cfg.score == "knn" else "score"
                 trial.set_user_attr("pruned_by", f"successive halving at step {info.step}: {what} {value:.4f} not "
                                                  f"in the best 1/{r} of the trials at this rung")
@@ -192,12 +210,33 @@ class TrialRunner:
 
         return on_epoch
 
-    def _train_config(self, number: int, spec: HeadSpec) -> Any:
-        """The trial's ``TrainConfig``: the shared base with this head, in the trial's folder."""
+    def measure_head(self, spec: HeadSpec, seed: int, out: Path) -> dict[str, float]:
+        """Train ``spec`` for ``max_steps`` (no rungs) with every seeded choice (backbone init,
+        batches, views) drawn from ``seed`` in ``out``, and return its trained criteria with the
+        score, the score's components (``score_*``) and the objective ``value`` a trial would
+        return (the score, or kNN accuracy with ``score="knn"``; the score with ``multi``)."""
+        from geohead.train import TrainingDiverged, train
+
+        try:
+            result = train(self._train_config(out, spec, seed), overwrite=True)
+        except TrainingDiverged as exc:
+            raise TrialDiverged(f"diverged: {exc}") from None
+        finally:
+            if not self.cfg.keep_checkpoints:
+                (out / "last.ckpt").unlink(missing_ok=True)
+        crit, comps = self._criteria(result.model, result.teacher, result.objective)
+        value = crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
+        return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "value": value, "steps_trained": result.steps}
+
+    def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None) -> Any:
+        """A trial's ``TrainConfig``: the shared base with this head, in ``out`` (and ``seed``
+        instead of the common one when given)."""
         from geohead.config import config_from_dict
 
         d = copy.deepcopy(self.inputs.base)
-        d["out"] = str(self.trial_dir(number))
+        d["out"] = str(out)
+        if seed is not None:
+            d["seed"] = seed
         d.setdefault("head", {})["spec"] = {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}
         return config_from_dict(d)
 
@@ -205,16 +244,23 @@ class TrialRunner:
         """The trained criteria (with the score) and the score's components of the trained
         ``model`` (and EMA ``teacher``), recorded as user attributes."""
         try:
-            crit = trained_criteria(
-                model.backbone, model.head, objective, self.inputs.eval_inputs,
-                predictor=model.predictor if objective.needs_predictor else None,
-                teacher_head=teacher.head if teacher is not None else None, device=self.inputs.device)
+            crit, comps = self._criteria(model, teacher, objective)
         except TrialDiverged as exc:
             raise _fail(trial, str(exc)) from None
-        comps = score_components(crit)
-        crit["score"] = geometric_score(crit)
         for k, v in {**crit, **{f"score_{k}": v for k, v in comps.items()}}.items():
             trial.set_user_attr(k, v)
+        return crit, comps
+
+
+    def _criteria(self, model: Any, teacher: Any, objective: Any) -> tuple[dict[str, float], dict[str, float]]:
+        """The trained criteria of ``model`` (and EMA ``teacher``) with the score, and the
+        score's components; raises :class:`TrialDiverged` for non-finite ones."""
+        crit = trained_criteria(
+            model.backbone, model.head, objective, self.inputs.eval_inputs,
+            predictor=model.predictor if objective.needs_predictor else None,
+            teacher_head=teacher.head if teacher is not None else None, device=self.inputs.device)
+        comps = score_components(crit)
+        crit["score"] = geometric_score(crit)
         return crit, comps
 
 

@@ -1,0 +1,158 @@
+"""The published head in every search and the verdict against it (issue 22, item 3); --workers auto."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from geohead.cli import main
+from geohead.heads import HeadSpec, preset_spec
+from geohead.search import SearchConfig, run_search
+from geohead.search.config import auto_workers
+from geohead.search.reference import in_space, is_reference, reference_spec
+from geohead.search.space import SearchSpace
+from geohead.search.verdict import NOISE_UNITS, decide, run_verdict
+
+pytestmark = pytest.mark.usefixtures("one_thread", "tiny_whitening")
+TINY = dict(n_train=256, batch_size=64, probe_train=128, probe_test=64, orbit_images=8, families=("hue",),
+            screen_batch=64, timeout=None, progress=False, heartbeat=2)
+
+
+# ---------------------------------------------------------------------- the reference head
+@pytest.mark.parametrize("objective, depth, hidden, out, act", [
+    ("barlow", 3, 512, 512, "relu"),     # 8192 capped at 4·d
+    ("vicreg", 3, 512, 512, "relu"),
+    ("simclr", 2, 128, 128, "relu"),     # hidden = d, out 128
+    ("byol", 2, 512, 256, "relu"),       # 4096 -> 512, out 256
+    ("simsiam", 3, 512, 512, "relu"),    # 2048 -> 512
+    ("dino", 3, 512, 256, "gelu"),       # DINO keeps GELU; prototypes from the base head
+])
+def test_reference_is_the_published_preset_with_widths_capped(objective, depth, hidden, out, act) -> None:
+    base = preset_spec(objective, 128, smooth=True)
+    spec = reference_spec(objective, base, SearchSpace.default(128))
+    paper = preset_spec(objective, 128, smooth=False)
+    assert (spec.depth, spec.hidden_dim, spec.out_dim, spec.activation) == (depth, hidden, out, act)
+    assert (spec.norm, spec.last_norm, spec.whiten) == (paper.norm, paper.last_norm, paper.whiten)
+    assert spec.prototypes == base.prototypes and spec.in_dim == 128
+    assert in_space(SearchSpace.default(128), spec)
+    assert not in_space(SearchSpace.default(128).constrain({"activation": "silu"}), spec)
+
+
+# ---------------------------------------------------------------------- the verdict's arithmetic
+def test_decide_matches_the_formula_by_hand() -> None:
+    values = {"pick": {0: 0.70, 1: 0.64, 2: 0.66}, "published": {0: 0.60, 1: 0.61, 2: 0.57}}
+    m, noise, sigma = decide(values, study_seed=0)
+    assert m == pytest.approx(((0.64 - 0.61) + (0.66 - 0.57)) / 2)
+    ss = sum((x - 2.0 / 3.0) ** 2 for x in (0.70, 0.64, 0.66)) + sum((x - 1.78 / 3) ** 2 for x in (0.60, 0.61, 0.57))
+    assert sigma == pytest.approx(math.sqrt(ss / 4))
+    assert noise == pytest.approx(sigma * math.sqrt(2 / 2))
+
+
+class _Trial:
+    def __init__(self, number: int, value: float, head: HeadSpec) -> None:
+        self.number, self.values = number, [value]
+        self.user_attrs = {"head": head.to_dict(), "knn_backbone": 0.5, "score": value}
+
+
+def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1):
+    pick_head, ref_head = HeadSpec(in_dim=8, out_dim=8, depth=1), HeadSpec(in_dim=8, out_dim=8, depth=2, hidden_dim=8)
+    calls = []
+
+    def measure(spec: HeadSpec, seed: int, out: Path) -> dict[str, float]:
+        calls.append((spec.depth, seed))
+        label = "pick" if spec == pick_head else "published"
+        return {"value": fresh[label] + 0.001 * seed, "knn_backbone": 0.4}
+
+    v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), n_seeds, 0, tmp_path, measure, lambda s: None)
+    return v, calls
+
+
+def test_a_margin_beyond_the_noise_keeps_the_pick_and_within_it_recommends_the_published_head(tmp_path) -> None:
+    v, calls = _verdict(tmp_path / "a", {"pick": 0.79, "published": 0.70})
+    assert calls == [(1, 1), (2, 1)]                       # both heads at the fresh seed 1
+    assert v.recommended == "pick" and v.margin == pytest.approx(0.09)
+    assert v.margin > NOISE_UNITS * v.noise and "beyond the noise" in v.reason
+    # at the fresh seed the pick is no better: within the noise -> the published head
+    v, _ = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
+    assert v.recommended == "published" and v.margin == pytest.approx(0.01) and "within the noise" in v.reason
+    assert v.margin <= NOISE_UNITS * v.noise
+    # confirmation runs are stored and reused: a rerun trains nothing
+    _, calls = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
+    assert calls == []
+
+
+def test_no_reference_or_the_reference_picked_trains_nothing(tmp_path) -> None:
+    head = HeadSpec(in_dim=8, out_dim=8, depth=1)
+    never = lambda *a: pytest.fail("nothing to re-train")  # noqa: E731
+    assert run_verdict(_Trial(2, 0.5, head), None, 1, 0, tmp_path, never, print).recommended == "pick_unchecked"
+    same = _Trial(2, 0.5, head)
+    assert run_verdict(same, same, 1, 0, tmp_path, never, print).recommended == "published"
+    assert run_verdict(_Trial(2, 0.5, head), _Trial(0, 0.4, head), 0, 0, tmp_path, never, print).recommended == "pick_unchecked"
+
+
+# ---------------------------------------------------------------------- end to end
+def test_every_search_measures_the_published_head_unpruned_and_ends_with_a_verdict(tmp_path) -> None:
+    import optuna
+
+    out = tmp_path / "s"
+    # successive halving 2 -> 6 steps: trials can be pruned at the rung, the reference cannot
+    res = run_search(SearchConfig(out=str(out), trials=5, min_steps=2, max_steps=6, **TINY))
+    study = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
+    refs = [t for t in study.trials if is_reference(t)]
+    assert len(refs) == 1 and refs[0].number == 0 and refs[0].state.name == "COMPLETE"
+    assert refs[0].user_attrs["steps_trained"] == 6
+    ref_spec = HeadSpec.from_dict(refs[0].user_attrs["head"])
+    assert (ref_spec.depth, ref_spec.activation, ref_spec.hidden_dim, ref_spec.out_dim) == (3, "relu", 512, 512)
+    summary = json.loads((out / "search.json").read_text())
+    v = summary["verdict"]
+    assert summary["reference"]["number"] == 0 and v["reference"] == 0 and v["pick"] == summary["best"]["number"]
+    assert v["recommended"] in ("pick", "published")
+    best = HeadSpec.load(out / "best_head.json")
+    pick = HeadSpec.load(out / "pick_head.json")
+    assert pick.to_dict() == summary["best"]["head"]
+    assert best == (ref_spec if v["recommended"] == "published" else pick)
+    if v["pick"] != 0:  # the pick and the reference were re-trained at seed 1, and their margin is the formula's
+        stored = {k: json.loads((out / "confirm" / f"{k}_s1" / "result.json").read_text()) for k in ("pick", "published")}
+        assert v["margin"] == pytest.approx(stored["pick"]["value"] - stored["published"]["value"])
+        m, noise, _ = decide({k: {int(s): x for s, x in by.items()} for k, by in v["values"].items()}, 0)
+        assert (v["margin"], v["noise"]) == (pytest.approx(m), pytest.approx(noise))
+    assert "verdict: " in res.table and "published head (trial 0)" in res.table
+    # a rerun resumes: no second reference trial
+    run_search(SearchConfig(out=str(out), trials=5, min_steps=2, max_steps=6, **TINY))
+    study = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
+    assert sum(is_reference(t) for t in study.trials) == 1
+
+
+def test_a_reference_outside_a_narrowed_space_is_measured_without_parameters(tmp_path) -> None:
+    import optuna
+
+    out = tmp_path / "s"
+    run_search(SearchConfig(out=str(out), trials=2, steps=2, fix=("activation=silu",), confirm_seeds=0, **TINY))
+    study = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
+    ref = study.trials[0]
+    assert is_reference(ref) and ref.params == {} and ref.user_attrs["head"]["activation"] == "relu"
+    assert all(t.params for t in study.trials[1:] if "duplicate_of" not in t.user_attrs)
+    assert json.loads((out / "search.json").read_text())["verdict"]["recommended"] in ("pick_unchecked", "published")
+
+
+# ---------------------------------------------------------------------- --workers auto
+def test_auto_workers_split_the_machine() -> None:
+    assert auto_workers("cpu", n_cpu=2, n_cuda=0) == 2
+    assert auto_workers("cpu", n_cpu=16, n_cuda=0) == 4
+    assert auto_workers("auto", n_cpu=1, n_cuda=0) == 1
+    assert auto_workers("auto", n_cpu=16, n_cuda=3) == 3
+    assert auto_workers("cuda:1", n_cpu=16, n_cuda=3) == 1
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--workers", "many"], "--workers 'many' is not a number"),
+    (["--workers", "0"], "--workers must be a positive integer, got 0"),
+    (["--confirm-seeds", "-1"], "--confirm-seeds must be an integer >= 0, got -1"),
+])
+def test_bad_workers_and_confirm_seeds_exit_2(args, match, tmp_path) -> None:
+    r = CliRunner().invoke(main, ["search", "--out", str(tmp_path / "s"), *args])
+    assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "s").exists()
