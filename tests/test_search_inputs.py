@@ -126,3 +126,16 @@ def test_one_progress_bar_over_the_study() -> None:
     plain.write("a line")
     plain.close()
     assert quiet.getvalue() == "a line\n"
+
+
+@pytest.mark.parametrize("overrides, prototypes", [((), 512), (("head.spec.prototypes=64",), 64)])
+def test_dino_prototypes_are_capped_at_4d_unless_set(overrides, prototypes) -> None:
+    """DINO's 65536 prototypes would cost ~2 s a step on the CPU default backbone (d = 128): the
+    search caps them at 4·d like every other width, and the screen's objective has as many."""
+    from geohead.search.inputs import prepare_trial_inputs
+
+    cfg = SearchConfig(objective="dino", n_train=128, batch_size=32, steps=2, probe_train=64, probe_test=32,
+                       orbit_images=4, families=("hue",), screen_batch=32, overrides=overrides).validate()
+    inputs = prepare_trial_inputs(cfg, lambda s: None)
+    assert inputs.in_dim == 128 and inputs.base_spec.prototypes == prototypes
+    assert inputs.screen_inputs.objective.out_dim == prototypes

@@ -29,6 +29,9 @@ TANGENT_IMAGES = 8
 COLLAPSED_BATCH = 16
 #: Spread of the collapsed state around the real feature mean, relative to the per-dimension std.
 COLLAPSED_SPREAD = 1e-2
+#: The search's heads have at most this many prototypes per backbone dimension (DINO; see
+#: :func:`_capped_prototypes`).
+PROTOTYPES_PER_DIM = 4
 
 
 @dataclasses.dataclass
@@ -88,6 +91,10 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
         raise SearchError("--score knn needs labelled data with at least 2 classes; use the default label-free score")
     orbit_images = probe_train.images[: cfg.orbit_images].float() / 255.0
     init = _initial_backbone(cfg, base_cfg, data, orbit_images[:SCREEN_TANGENT_IMAGES], device)
+    capped = _capped_prototypes(base, init.head_spec)
+    if capped is not None:  # rebuilt from the same seed: the same backbone, the objective at the capped width
+        base, base_cfg = capped
+        init = _initial_backbone(cfg, base_cfg, data, orbit_images[:SCREEN_TANGENT_IMAGES], device)
     in_dim = init.head_spec.in_dim
     screen_inputs = ScreenInputs(init.objective, init.z1, init.z2, _collapsed_state(init.z1, in_dim, cfg), init.tangents,
                                  functools.partial(base_cfg.head.resolve_predictor, cfg.objective), seed=cfg.seed,
@@ -103,6 +110,25 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     premise = escape_premise(cfg.objective, init.objective, init.head_spec, init.z1, screen_inputs.collapsed,
                              screen_inputs.predictor_spec, cfg.seed, COLLAPSED_SPREAD)
     return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space, premise)
+
+
+def _capped_prototypes(base: dict[str, Any], spec: HeadSpec) -> tuple[dict[str, Any], Any] | None:
+    """The base config with the head's prototypes capped at :data:`PROTOTYPES_PER_DIM` · d, or
+    None when they are within it or the user set them (``--set head.spec.prototypes=K``).
+
+    DINO's paper head has K = 65536 prototypes (ImageNet); on the CPU default backbone (d = 128)
+    that layer alone costs ~2 s per step, so a 480-s search would train one head. Every other
+    width of the search is capped at 4·d (:mod:`geohead.search.space`,
+    :mod:`geohead.search.reference`); the prototypes follow the same rule (512 at d = 128, the
+    CPU recipe's; 2048 at d = 512, where solo-learn's CIFAR recipe uses 4096)."""
+    from geohead.config import config_from_dict
+
+    user = dict(base.get("head", {}).get("spec", {}))
+    cap = PROTOTYPES_PER_DIM * spec.in_dim
+    if spec.prototypes is None or spec.prototypes <= cap or "prototypes" in user:
+        return None
+    capped = {**base, "head": {**base.get("head", {}), "spec": {**user, "prototypes": cap}}}
+    return capped, config_from_dict(capped)
 
 
 def _training_data(cfg: SearchConfig) -> Any:
