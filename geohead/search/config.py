@@ -99,7 +99,7 @@ class SearchConfig:
     reduction_factor: int = 3
     batch_size: int = 256
     trials: int = 100
-    timeout: float | None = 480.0
+    timeout: float | None = 390.0
     workers: int | str = 1
     storage: str | None = None
     study: str | None = None

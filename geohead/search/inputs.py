@@ -117,7 +117,7 @@ def _capped_prototypes(base: dict[str, Any], spec: HeadSpec) -> tuple[dict[str, 
     None when they are within it or the user set them (``--set head.spec.prototypes=K``).
 
     DINO's paper head has K = 65536 prototypes (ImageNet); on the CPU default backbone (d = 128)
-    that layer alone costs ~2 s per step, so a 480-s search would train one head. Every other
+    that layer alone costs ~2 s per step, so a default 390-s search would train one head. Every other
     width of the search is capped at 4·d (:mod:`geohead.search.space`,
     :mod:`geohead.search.reference`); the prototypes follow the same rule (512 at d = 128, the
     CPU recipe's; 2048 at d = 512, where solo-learn's CIFAR recipe uses 4096)."""
