@@ -1,0 +1,115 @@
+"""Which of the theory's criteria predict the full-budget backbone, per objective? (issue 22, item 4)
+
+Reads the transfer benchmark's results (``search_transfer.py``: every head re-trained for 20
+epochs at seed 0, with the criteria the search measured for it) and, when given, the budget
+benchmark's (``search_budget.py``: 100 epochs):
+
+1. per objective and criterion: Spearman ρ between the search-time value and the full-budget
+   backbone kNN accuracy over the re-trained distinct heads (the measured sign is kept: a
+   criterion with a negative ρ misleads when maximised);
+2. the score's weights chosen on some objectives and checked on the others, as #15 did on
+   searches: every subset of the score's components (``SCORE_CRITERIA``) with equal weights is
+   scored by its mean ρ over the ``--fit`` objectives; the best (ties: fewer criteria) is checked
+   on the held-apart objectives against RankMe alone (today's score). A criterion is adopted only
+   where the chosen subset beats RankMe alone on the held-apart objectives;
+3. compression (with its measured sign, i.e. -compression) and the tangent-Fisher effective rank,
+   which are recorded but are not components of the score, are shown beside them.
+
+Run: ``python benchmarks/criteria_transfer.py --transfer benchmarks/results/search_transfer22_cpu.json
+--fit barlow simclr byol`` (the other objectives are held apart).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from geohead.search.results import spearman
+from geohead.search.score import SCORE_CRITERIA
+
+#: Recorded criteria reported per objective (search-time values of the re-trained heads).
+RECORDED = ("score_rankme", "score_uniformity", "score_invariance", "score_fisher", "score_conditioning",
+            "compression", "local_invariance", "tangent_invariance", "fisher_effective_rank", "fisher_soft_rank_loss",
+            "heff_stable_rank", "screen_head_escape", "screen_heff_stable_rank")
+
+
+def heads(results: dict[str, Any], epochs: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Objective -> the distinct re-trained heads at the first seed (one row per search trial)."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in results["runs"]:
+        if r.get("trial") is None or r["seed"] != 0 or not r.get("search"):
+            continue
+        if epochs is not None and r.get("epochs", epochs) != epochs:
+            continue
+        out.setdefault(r["objective"], {}).setdefault(r["trial"], r)
+    return {o: list(by.values()) for o, by in out.items()}
+
+
+def rho(rows: list[dict[str, Any]], values: list[float | None], target: str = "knn_backbone") -> float | None:
+    return spearman(values, [r[target] for r in rows])["rho"]
+
+
+def subset_values(rows: list[dict[str, Any]], subset: tuple[str, ...]) -> list[float | None]:
+    """Equal-weight mean of the score components in ``subset`` per head."""
+    out = []
+    for r in rows:
+        xs = [r["search"].get(f"score_{c}") for c in subset]
+        out.append(None if any(x is None for x in xs) else sum(xs) / len(xs))
+    return out
+
+
+def mean(xs: list[float | None]) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def choose(by_obj: dict[str, list[dict[str, Any]]], fit: list[str], check: list[str]) -> dict[str, Any]:
+    """The subset of components with the best mean ρ on ``fit``; its ρ and RankMe's on ``check``."""
+    scored = []
+    for k in range(1, len(SCORE_CRITERIA) + 1):
+        for subset in itertools.combinations(SCORE_CRITERIA, k):
+            fit_rho = mean([rho(by_obj[o], subset_values(by_obj[o], subset)) for o in fit if o in by_obj])
+            if fit_rho is not None:
+                scored.append((fit_rho, -k, subset))
+    scored.sort(reverse=True)
+    best = scored[0][2]
+    res = {"fit": fit, "check": check, "chosen": list(best), "fit_rho": scored[0][0]}
+    for name, subset in (("chosen", best), ("rankme", ("rankme",)), ("all", SCORE_CRITERIA)):
+        res[f"check_rho_{name}"] = {o: rho(by_obj[o], subset_values(by_obj[o], subset)) for o in check if o in by_obj}
+        res[f"check_mean_{name}"] = mean(list(res[f"check_rho_{name}"].values()))
+    c, r = res["check_mean_chosen"], res["check_mean_rankme"]
+    res["adopt"] = bool(best != ("rankme",) and c is not None and r is not None and c > r)
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--transfer", required=True, help="search_transfer.py's results.json")
+    ap.add_argument("--fit", nargs="+", required=True, help="objectives the weights are chosen on")
+    ap.add_argument("--out", default=None, help="write the tables as JSON here")
+    args = ap.parse_args(argv)
+    results = json.loads(Path(args.transfer).read_text())
+    by_obj = heads(results)
+    objectives = sorted(by_obj)
+    table: dict[str, dict[str, Any]] = {}
+    print("| criterion | " + " | ".join(f"{o} (n={len(by_obj[o])})" for o in objectives) + " |")
+    print("|---|" + "---|" * len(objectives))
+    for c in RECORDED:
+        row = {o: rho(by_obj[o], [r["search"].get(c) for r in by_obj[o]]) for o in objectives}
+        table[c] = row
+        print(f"| {c} | " + " | ".join("-" if v is None else f"{v:+.2f}" for v in row.values()) + " |")
+    check = [o for o in objectives if o not in args.fit]
+    res = choose(by_obj, args.fit, check)
+    print(f"\nchosen on {args.fit}: {res['chosen']} (mean rho {res['fit_rho']:+.2f}); on {check}: "
+          f"chosen {res['check_mean_chosen']}, RankMe alone {res['check_mean_rankme']}, all five {res['check_mean_all']}; "
+          f"adopt: {res['adopt']}")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"per_criterion": table, "weights": res}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
