@@ -1,8 +1,8 @@
 """Collapse monitors for any training loop: forward hooks on a backbone and a head.
 
-geohead's own loop records RankMe, α-ReQ and the std of normalised embeddings (see
-:mod:`geohead.tracker`); :class:`GeometryMonitor` records the same numbers in a loop geohead
-did not write (plain PyTorch, lightly, solo-learn; Lightning through
+geohead's own loop records RankMe and the std of normalised embeddings (see
+:mod:`geohead.tracker`); :class:`GeometryMonitor` records those numbers, and α-ReQ, in a loop
+geohead did not write (plain PyTorch, lightly, solo-learn; Lightning through
 :class:`geohead.integrations.lightning.GeometryCallback`)::
 
     from geohead.monitor import GeometryMonitor

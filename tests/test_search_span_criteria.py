@@ -1,7 +1,9 @@
 """The search's trained criteria record the local invariance ratio and the soft Fisher rank
-(geohead.geometry.span) beside the old columns (issue 14); the score uses them in place of the
-global orbit compression (issue 15)."""
+(geohead.geometry.span) beside the old columns (issue 14); the score's components follow their
+formulas (issue 15)."""
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -31,8 +33,13 @@ def test_orbit_criteria_record_local_invariance_and_soft_fisher_rank() -> None:
     comps = score_components({**base, **out})
     assert comps["invariance"] == pytest.approx(1 / (1 + out["local_invariance"]))
     assert comps["fisher"] == pytest.approx(out["fisher_soft_rank_loss"] / out["fisher_tangent_rank"])
-    # the global compression is recorded, not scored
-    assert geometric_score({**base, **out, "compression": 100.0}) == geometric_score({**base, **out})
+    # the score is the weighted mean of the components, by the formulas of score.py's docstring;
+    # by default RankMe's alone: log RankMe / log d (compression is recorded, in no formula)
+    assert comps["rankme"] == pytest.approx(math.log(5.0) / math.log(32.0))
+    assert comps["uniformity"] == 0.5 and comps["conditioning"] == 0.3
+    assert geometric_score({**base, **out}) == pytest.approx(math.log(5.0) / math.log(32.0))
+    equal = {k: 1.0 for k in comps}
+    assert geometric_score({**base, **out}, equal) == pytest.approx(sum(comps.values()) / len(comps))
 
 
 def test_screen_records_the_escape_state_gradient_relative_to_curvature() -> None:
