@@ -321,9 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="seeds of found vs published (first: every run)")
     ap.add_argument("--top-k", type=int, default=None, help="distinct search heads re-trained in full")
     ap.add_argument("--published-widths", choices=("recipe", "paper"), default=None)
-    ap.add_argument("--search-timeout", type=float, default=None, help="seconds (default: the search's own, 480)")
+    ap.add_argument("--search-timeout", type=float, default=None, help="seconds (default: the search's own, 390)")
     ap.add_argument("--search-trials", type=int, default=None,
-                    help="distinct heads per search, no timeout (the default search measures ~16 in its 480 s on 2 idle cores)")
+                    help="distinct heads per search and no timeout: a result independent of the machine's load")
     ap.add_argument("--backbone", default=None, help="backbone of search and runs (default resnet18_w16)")
     ap.add_argument("--data-dir", default=str(SHARED), help="folder of cifar10_train_10k.npz and cifar10_test.npz")
     ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")

@@ -29,7 +29,7 @@ from geohead.search.results import read_trials_csv, spearman
 from geohead.search.score import SCORE_CRITERIA, geometric_score, score_components
 
 RAW = ("rankme_backbone_frac", "std_backbone", "local_invariance", "fisher_soft_rank_loss", "fisher_effective_rank",
-       "heff_stable_rank", "heff_isotropy", "compression", "tangent_invariance", "rankme_head_frac", "knn_head")
+       "heff_stable_rank", "heff_spread", "compression", "tangent_invariance", "rankme_head_frac", "knn_head")
 
 
 def load_rows(folder: Path) -> tuple[list[dict[str, Any]], str]:

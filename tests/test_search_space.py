@@ -114,7 +114,7 @@ def test_score_transforms_on_known_values() -> None:
     # RankMe 16 of d = 256: log 16 / log 256 = 0.5; local invariance 1/3 -> 3/4; 3 of 12 tangent
     # directions lost -> 0.25
     crit = {"rankme_backbone": 16.0, "dim_backbone": 256.0, "std_backbone": 0.5, "local_invariance": 1 / 3,
-            "fisher_soft_rank_loss": 3.0, "fisher_tangent_rank": 12.0, "heff_isotropy": 0.25, "compression": 7.0}
+            "fisher_soft_rank_loss": 3.0, "fisher_tangent_rank": 12.0, "heff_spread": 0.25, "compression": 7.0}
     comps = score_components(crit)
     assert comps == pytest.approx({"rankme": 0.5, "uniformity": 0.5, "invariance": 0.75, "fisher": 0.25,
                                    "conditioning": 0.25})
@@ -123,7 +123,7 @@ def test_score_transforms_on_known_values() -> None:
     assert geometric_score(crit, {"rankme": 1.0, "invariance": 3.0}) == pytest.approx((0.5 + 3 * 0.75) / 4)
     # undefined values count as worst, values beyond the range are clipped
     bad = score_components({"rankme_backbone": 0.0, "dim_backbone": 256.0, "std_backbone": 2.0,
-                            "local_invariance": float("nan"), "heff_isotropy": float("nan")})
+                            "local_invariance": float("nan"), "heff_spread": float("nan")})
     assert bad == {"rankme": 0.0, "uniformity": 1.0, "invariance": 0.0, "fisher": 0.0, "conditioning": 0.0}
     assert score_components({"rankme_backbone": 300.0, "dim_backbone": 256.0})["rankme"] == 1.0
 
@@ -134,7 +134,7 @@ def test_heff_stable_rank_of_a_linear_head_on_a_quadratic_objective() -> None:
     import torch
 
     from geohead.objectives import get_objective
-    from geohead.search.criteria import heff_conditioning
+    from geohead.geometry import heff_conditioning
 
     torch.manual_seed(0)
     head = GeometricHead(5, 3, depth=1, norm=None).double()
@@ -147,7 +147,7 @@ def test_heff_stable_rank_of_a_linear_head_on_a_quadratic_objective() -> None:
     ev = torch.linalg.eigvalsh(dense)
     expect = float((ev ** 2).sum() / ev.abs().max() ** 2)
     assert hc["stable_rank"] == pytest.approx(expect, rel=1e-6)  # 20 <= 40 probes: the norm is exact
-    assert hc["isotropy"] == pytest.approx(math.log(expect) / math.log(20))
+    assert hc["spread"] == pytest.approx(math.log(expect) / math.log(20))
     assert hc["lambda_max"] == pytest.approx(float(ev.max()), rel=1e-5)
 
 

@@ -27,7 +27,7 @@ def test_orbit_criteria_record_local_invariance_and_soft_fisher_rank() -> None:
     out = _orbit_criteria(backbone, head, inputs, "cpu", False)
     assert 0 < out["local_invariance"] < float("inf")
     assert 1 <= out["fisher_effective_rank"] and out["fisher_soft_rank_loss"] >= 0
-    base = {"rankme_backbone": 5.0, "dim_backbone": 32.0, "std_backbone": 0.5, "heff_isotropy": 0.3,
+    base = {"rankme_backbone": 5.0, "dim_backbone": 32.0, "std_backbone": 0.5, "heff_spread": 0.3,
             "compression": out["compression"]}
     assert 1 <= out["fisher_tangent_rank"] and out["fisher_soft_rank_loss"] <= out["fisher_tangent_rank"]
     comps = score_components({**base, **out})

@@ -11,6 +11,8 @@ Submodules (import what you need; all depend on torch only), one concept each:
 * :mod:`~geohead.geometry.trace` — :func:`hutchinson_trace`, :func:`frobenius_norm`
   (Hutchinson / Hutch++).
 * :mod:`~geohead.geometry.summary` — :func:`spectrum_summary` (the logged numbers of one operator).
+* :mod:`~geohead.geometry.conditioning` — :func:`heff_conditioning` (H_eff's extremes, stable
+  rank and its spread log(stable rank)/log(B·d)).
 * :mod:`~geohead.geometry.collapse` — :func:`escape_curvature` (curvature at collapsed states,
   in the sphere-tangent frame for scale-invariant objectives).
 * :mod:`~geohead.geometry.equilibrium` — :func:`stationarity` (‖∇_Z f‖ relative to the
@@ -28,6 +30,7 @@ Submodules (import what you need; all depend on torch only), one concept each:
 from __future__ import annotations
 
 from geohead.geometry.collapse import EscapeCurvature, escape_curvature
+from geohead.geometry.conditioning import heff_conditioning
 from geohead.geometry.density import slq_density
 from geohead.geometry.equilibrium import RefinedState, Stationarity, refine_collapsed, stationarity
 from geohead.geometry.hessian import EffectiveHessian
@@ -50,7 +53,7 @@ __all__ = [
     "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry", "LocalInvariance",
     "Operator", "RefinedState", "SpectrumSummary", "Stationarity", "TangentInvariance", "WithinRankCondition",
     "alpha_req", "between_image_directions", "build_orbits", "collapse_monitors", "effective_rank", "effective_span",
-    "escape_curvature", "frobenius_norm", "hutchinson_trace", "induced_metric", "lanczos", "linear_head_geometry",
+    "escape_curvature", "frobenius_norm", "heff_conditioning", "hutchinson_trace", "induced_metric", "lanczos", "linear_head_geometry",
     "local_invariance", "normalized_std", "orbit_invariance", "rankme", "refine_collapsed", "slq_density",
     "spectrum_summary", "stationarity", "tangent_invariance", "within_rank_condition",
 ]

@@ -13,9 +13,9 @@ head at init (BatchNorm calibrated the same way, whitening applied when the spec
   scale-invariant (cosine) objectives all of these in the sphere-tangent frame (H_tan = G_tan + M);
   ``screen_escape_gradient_relative`` (‖∇_Z f‖/(max|λ|·‖Z‖), recorded: the drawn state is no
   equilibrium, so its negative curvature is no saddle);
-* conditioning of H_eff at the real features (:func:`heff_conditioning` on the first
-  :data:`H_EFF_BATCH` samples of the batch): ``screen_heff_stable_rank`` (‖H‖_F²/max|λ|²) and
-  ``screen_heff_isotropy`` (its log over log(B·d)), ``screen_heff_lambda_min/max`` and
+* conditioning of H_eff at the real features (:func:`geohead.geometry.heff_conditioning` on the
+  first :data:`H_EFF_BATCH` samples of the batch): ``screen_heff_stable_rank`` (‖H‖_F²/max|λ|²) and
+  ``screen_heff_spread`` (its log over log(B·d)), ``screen_heff_lambda_min/max`` and
   ``screen_heff_condition`` (within-rank condition number of the 10-step Lanczos run: often
   undefined, kept for reference);
   isotropy of the head's outputs: ``screen_output_condition`` (within-rank condition number of
@@ -34,7 +34,7 @@ loss, ``local_invariance`` (the tangent gain over the between-image gain within 
 effective span) and ``fisher_effective_rank`` / ``fisher_soft_rank_loss`` / ``fisher_tangent_rank``
 (the soft Fisher rank; :mod:`geohead.geometry.span`; they are components of the score whose
 default weight is 0: see :data:`~geohead.search.score.SCORE_WEIGHTS`), H_eff at the
-trained features of two views (stable rank and isotropy, λ_min, λ_max, within-rank condition
+trained features of two views (stable rank and spread, λ_min, λ_max, within-rank condition
 number), and, where the data has labels, kNN accuracy of backbone and head features (the ground
 truth, never in the default score).
 
@@ -77,7 +77,7 @@ def calibrate_batchnorm(module: nn.Module, batches: Sequence[Tensor]) -> nn.Modu
 
 #: Criteria that may be inf/NaN without failing the trial (H_eff products that overflowed, a
 #: condition number without a converged bottom end); the score counts them as worst.
-_MAY_BE_UNDEFINED = ("condition", "stable_rank", "lambda_min", "lambda_max", "isotropy")
+_MAY_BE_UNDEFINED = ("condition", "stable_rank", "lambda_min", "lambda_max", "spread")
 
 
 def _finite(d: dict[str, Any], stage: str) -> dict[str, Any]:
@@ -90,43 +90,6 @@ def _finite(d: dict[str, Any], stage: str) -> dict[str, Any]:
 
 def _float(x: Any) -> float:
     return float("nan") if x is None else float(x)
-
-
-# ---------------------------------------------------------------------- H_eff conditioning
-def heff_conditioning(head: nn.Module, objective: nn.Module, z1: Tensor, z2: Tensor, *, predictor: nn.Module | None = None,
-                      teacher: nn.Module | None = None, seed: int = 0, probes: int = 6) -> dict[str, float]:
-    """Conditioning of H_eff at features (z1, z2) (B, d): fast Lanczos extremes and the stable rank.
-
-    ``stable_rank`` = ‖H_eff‖_F² / max|λ|² ∈ [1, B·d] (Hutch++ with ``probes`` products for the
-    Frobenius norm, the extremes from :func:`spectrum_summary`'s fast mode): the number of
-    directions over which the curvature is spread. It is robust where the within-rank condition
-    number of a 10-step Lanczos run is not (an indefinite H_eff, unconverged bottom end), and
-    ``isotropy`` = log(stable_rank) / log(B·d) ∈ [0, 1] is 1 for perfectly spread curvature.
-    Products run in float32, and once more in float64 when float32 overflows (Barlow Twins'
-    batch standardisation of nearly constant embedding dimensions); if both fail the values are
-    inf/NaN and ``isotropy`` 0.
-    """
-    from geohead.geometry import EffectiveHessian, frobenius_norm, spectrum_summary
-
-    last: Exception | None = None
-    for dtype in (torch.float32, torch.float64):
-        try:
-            eh = EffectiveHessian(head, objective, z1, z2, predictor=predictor, teacher=teacher, dtype=dtype)
-            s = spectrum_summary(eh.H, mode="fast", generator=torch.Generator().manual_seed(seed))
-            fro = frobenius_norm(eh.H, num_probes=probes, generator=torch.Generator().manual_seed(seed)).value
-        except (FloatingPointError, ValueError) as exc:  # non-finite products or outputs
-            last = exc
-            continue
-        if not (math.isfinite(fro) and math.isfinite(s.scale)):
-            last = FloatingPointError("non-finite H_eff estimates")
-            continue
-        sr = fro ** 2 / s.scale ** 2 if s.scale > 0 else float("nan")
-        sr = min(max(sr, 1.0), float(eh.dim)) if math.isfinite(sr) else sr
-        return {"lambda_min": s.lambda_min, "lambda_max": s.lambda_max, "condition": s.condition_within_rank,
-                "stable_rank": sr, "isotropy": math.log(sr) / math.log(eh.dim) if math.isfinite(sr) and eh.dim > 1 else 0.0,
-                "dtype64": float(dtype == torch.float64)}
-    return {"lambda_min": float("nan"), "lambda_max": float("nan"), "condition": float("inf"),
-            "stable_rank": float("nan"), "isotropy": 0.0, "dtype64": 1.0, "error": str(last)[:200]}
 
 
 # ---------------------------------------------------------------------- screen
@@ -175,7 +138,7 @@ def build_head(spec: HeadSpec, features: Tensor, seed: int, predictor_spec: Head
 def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     """Screen criteria of ``spec`` at init (see the module docstring); ~1 s on 2 CPU cores for
     d = 512, B = 256 (``benchmarks/search_screen.py``). Raises :class:`TrialDiverged` on NaN/inf."""
-    from geohead.geometry import escape_curvature, tangent_invariance, within_rank_condition
+    from geohead.geometry import escape_curvature, heff_conditioning, tangent_invariance, within_rank_condition
     from geohead.objectives import CollapsedState
 
     t0 = time.perf_counter()
@@ -196,7 +159,7 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
         hc = heff_conditioning(head, obj, inputs.z1[:nb], inputs.z2[:nb], predictor=predictor, seed=inputs.seed, probes=4)
         out.update(screen_heff_lambda_min=hc["lambda_min"], screen_heff_lambda_max=hc["lambda_max"],
                    screen_heff_condition=hc["condition"], screen_heff_stable_rank=hc["stable_rank"],
-                   screen_heff_isotropy=hc["isotropy"])
+                   screen_heff_spread=hc["spread"])
         with torch.no_grad():
             e = head(inputs.z1)
         wr = within_rank_condition(e)
@@ -348,6 +311,8 @@ def _trained_heff(backbone: nn.Module, head: nn.Module, objective: nn.Module, in
                   predictor: nn.Module | None, teacher_head: nn.Module | None, device: torch.device | str,
                   cl: bool) -> dict[str, float]:
     """Conditioning of H_eff at the trained backbone's features of the two views of ``inputs``."""
+    from geohead.geometry import heff_conditioning
+
     with torch.no_grad():
         v1, v2 = (v.to(device) for v in inputs.view_batch)
         if cl:
@@ -357,7 +322,7 @@ def _trained_heff(backbone: nn.Module, head: nn.Module, objective: nn.Module, in
     hc = heff_conditioning(head, objective, z1[:nb], z2[:nb], predictor=predictor, teacher=teacher_head,
                            seed=inputs.seed)
     return {"heff_condition": hc["condition"], "heff_lambda_min": hc["lambda_min"], "heff_lambda_max": hc["lambda_max"],
-            "heff_stable_rank": hc["stable_rank"], "heff_isotropy": hc["isotropy"]}
+            "heff_stable_rank": hc["stable_rank"], "heff_spread": hc["spread"]}
 
 
 def _knn_criteria(fb_tr: Tensor, fh_tr: Tensor, fb_te: Tensor, fh_te: Tensor, inputs: EvalInputs) -> dict[str, float]:
@@ -370,4 +335,4 @@ def _knn_criteria(fb_tr: Tensor, fh_tr: Tensor, fb_te: Tensor, fh_te: Tensor, in
 
 
 __all__ = ["DEFAULT_FAMILIES", "EvalInputs", "ScreenInputs", "TrialDiverged", "build_head", "calibrate_batchnorm",
-           "heff_conditioning", "screen", "trained_criteria"]
+           "screen", "trained_criteria"]

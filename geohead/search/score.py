@@ -51,7 +51,8 @@ def score_components(crit: dict[str, float]) -> dict[str, float]:
         "uniformity": _unit(crit.get("std_backbone", float("nan"))),
         "invariance": _unit(1.0 / (1.0 + li)) if li >= 0 else 0.0,
         "fisher": _unit(lost / r) if r > 0 else 0.0,  # Σ_families (r − erank) / Σ r
-        "conditioning": _unit(crit.get("heff_isotropy", float("nan"))),
+        # heff_spread was recorded as "heff_isotropy" before issue 25 (same number): old studies still score
+        "conditioning": _unit(crit.get("heff_spread", crit.get("heff_isotropy", float("nan")))),
     }
 
 
