@@ -245,3 +245,19 @@ def test_ema_teacher_and_momentum_schedule() -> None:
     for t, o, s in zip(teacher.parameters(), old, student.parameters()):
         assert torch.allclose(t, 0.9 * o + 0.1 * s)
     assert torch.equal(teacher[1].running_mean, student[1].running_mean)
+
+
+def test_collapsed_state_around_a_given_centre_with_relative_noise() -> None:
+    """The search's collapsed state (real feature mean, noise relative to the per-dimension std)
+    is the objectives' construction with ``center``/``scale``: bit for bit the formula, and the
+    generator is not spent on a centre."""
+    from geohead.objectives import get_objective
+
+    mu, sd = torch.randn(6, dtype=torch.float64), torch.rand(6, dtype=torch.float64) + 0.5
+    st = get_objective("barlow").collapsed_state(4, 6, spread=1e-2, generator=torch.Generator().manual_seed(3),
+                                                center=mu, scale=sd)
+    g = torch.Generator().manual_seed(3)
+    n1, n2 = (torch.randn(4, 6, generator=g, dtype=torch.float64) for _ in range(2))
+    assert torch.equal(st.z1, mu + 1e-2 * sd * n1) and torch.equal(st.z2, mu + 1e-2 * sd * n2)
+    plain = get_objective("barlow").collapsed_state(4, 6, spread=1e-2, generator=torch.Generator().manual_seed(3))
+    assert not torch.equal(plain.z1[0], st.z1[0])  # a random centre is drawn first without one

@@ -129,7 +129,7 @@ def test_a_repeated_head_is_not_trained_not_counted_and_the_sampler_moves_on(tmp
     import optuna
 
     from geohead.heads import preset_spec
-    from geohead.search.reference import enqueue_reference, reference_spec
+    from geohead.search.reference import enqueue_reference, published_spec
     from geohead.search.space import SearchSpace
 
     out = tmp_path / "search"
@@ -138,7 +138,7 @@ def test_a_repeated_head_is_not_trained_not_counted_and_the_sampler_moves_on(tmp
                                 direction="maximize")
     space = SearchSpace.default(128)
     # the published head first (the search enqueues it only when the study has none), then a head twice
-    assert enqueue_reference(study, space, reference_spec("barlow", preset_spec("barlow", 128), space))
+    assert enqueue_reference(study, space, published_spec("barlow", preset_spec("barlow", 128), space))
     head = {"depth": 1, "out_dim": 64, "last_norm": "none", "whiten": "none"}
     study.enqueue_trial(head)
     study.enqueue_trial(head)

@@ -8,7 +8,7 @@ import torch
 
 from geohead.config import HeadConfig
 from geohead.objectives import get_objective
-from geohead.search.escape import EscapePremise, escape_premise, reference_spec, screen_verdict
+from geohead.search.escape import EscapePremise, escape_premise, premise_head_spec, screen_verdict
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -53,6 +53,6 @@ def test_where_the_premise_holds_stuck_heads_are_pruned() -> None:
 
 def test_the_reference_head_is_narrow_but_keeps_prototypes() -> None:
     barlow = HeadConfig().resolve("barlow", 128)
-    assert (reference_spec(barlow).hidden_dim, reference_spec(barlow).out_dim) == (256, 256)
+    assert (premise_head_spec(barlow).hidden_dim, premise_head_spec(barlow).out_dim) == (256, 256)
     dino = HeadConfig().resolve("dino", 128)
-    assert reference_spec(dino).prototypes == dino.prototypes and reference_spec(dino).out_dim == dino.out_dim
+    assert premise_head_spec(dino).prototypes == dino.prototypes and premise_head_spec(dino).out_dim == dino.out_dim

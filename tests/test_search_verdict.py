@@ -12,7 +12,7 @@ from geohead.cli import main
 from geohead.heads import HeadSpec, preset_spec
 from geohead.search import SearchConfig, run_search
 from geohead.search.config import auto_workers
-from geohead.search.reference import in_space, is_reference, reference_spec
+from geohead.search.reference import in_space, is_reference, published_spec
 from geohead.search.space import SearchSpace
 from geohead.search.verdict import NOISE_UNITS, decide, run_verdict
 
@@ -32,7 +32,7 @@ TINY = dict(n_train=256, batch_size=64, probe_train=128, probe_test=64, orbit_im
 ])
 def test_reference_is_the_published_preset_with_widths_capped(objective, depth, hidden, out, act) -> None:
     base = preset_spec(objective, 128, smooth=True)
-    spec = reference_spec(objective, base, SearchSpace.default(128))
+    spec = published_spec(objective, base, SearchSpace.default(128))
     paper = preset_spec(objective, 128, smooth=False)
     assert (spec.depth, spec.hidden_dim, spec.out_dim, spec.activation) == (depth, hidden, out, act)
     assert (spec.norm, spec.last_norm, spec.whiten) == (paper.norm, paper.last_norm, paper.whiten)

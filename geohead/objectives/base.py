@@ -143,6 +143,8 @@ class Objective(nn.Module):
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float64,
         device: torch.device | str | None = None,
+        center: Tensor | None = None,
+        scale: Tensor | None = None,
     ) -> CollapsedState:
         """Backbone representations (two views) at which this objective is collapsed.
 
@@ -153,6 +155,11 @@ class Objective(nn.Module):
         subspace through ``c`` (unit-variance coordinates in it) and carry ``spread`` noise
         off it. ``spread=0`` gives the exact collapsed state (where Barlow Twins' and VICReg's
         batch standardisation is degenerate and SimCLR's loss is flat).
+
+        ``center`` (dim,) replaces the random centre (e.g. the mean of real backbone features: the
+        search's collapsed state) and ``scale`` (dim,) multiplies the noise per dimension (e.g.
+        the features' per-dimension std, so ``spread`` is relative to it); neither draws from
+        ``generator``.
 
         Returns: :class:`CollapsedState` with ``z1``, ``z2`` of shape (batch_size, dim).
         """
@@ -169,16 +176,17 @@ class Objective(nn.Module):
         def randn(*shape: int) -> Tensor:
             return torch.randn(*shape, generator=g, dtype=dtype)
 
-        c = randn(dim)
+        c = randn(dim) if center is None else center.to(dtype)
+        noise = spread if scale is None else spread * scale.to(dtype)
         if kind == "complete":
-            z1 = c + spread * randn(batch_size, dim)
-            z2 = c + spread * randn(batch_size, dim)
+            z1 = c + noise * randn(batch_size, dim)
+            z2 = c + noise * randn(batch_size, dim)
             r = 0
         else:
             basis, _ = torch.linalg.qr(randn(dim, rank))
             coords = randn(batch_size, rank)
-            z1 = c + coords @ basis.T + spread * randn(batch_size, dim)
-            z2 = c + coords @ basis.T + spread * randn(batch_size, dim)
+            z1 = c + coords @ basis.T + noise * randn(batch_size, dim)
+            z2 = c + coords @ basis.T + noise * randn(batch_size, dim)
             r = rank
         return CollapsedState(z1.to(device), z2.to(device), kind, r, spread)
 

@@ -78,7 +78,7 @@ class EscapePremise:
         return {**dataclasses.asdict(self), "on": self.holds, "reason": self.reason}
 
 
-def reference_spec(base: HeadSpec) -> HeadSpec:
+def premise_head_spec(base: HeadSpec) -> HeadSpec:
     """The objective's standard head with hidden and output widths capped (prototypes kept)."""
     return base.replace(hidden_dim=min(base.hidden_dim, REFERENCE_WIDTH),
                         out_dim=base.out_dim if base.prototypes else min(base.out_dim, REFERENCE_WIDTH))
@@ -91,7 +91,7 @@ def escape_premise(name: str, objective: nn.Module, base: HeadSpec, z: Tensor, c
     from geohead.objectives import CollapsedState
     from geohead.search.criteria import build_head
 
-    spec = reference_spec(base)
+    spec = premise_head_spec(base)
     head, predictor = build_head(spec, z, seed, predictor_spec(spec.output_dim))
     state = CollapsedState(collapsed[0], collapsed[1], "complete", 0, spread)
     esc = escape_curvature(head, objective, predictor=predictor, state=state, mode="fast", dtype=torch.float64,
@@ -112,4 +112,4 @@ def screen_verdict(crit: dict[str, float], premise: EscapePremise) -> str | None
     return None
 
 
-__all__ = ["EscapePremise", "REFERENCE_WIDTH", "escape_premise", "reference_spec", "screen_verdict"]
+__all__ = ["EscapePremise", "REFERENCE_WIDTH", "escape_premise", "premise_head_spec", "screen_verdict"]

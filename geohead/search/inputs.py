@@ -96,7 +96,7 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
         base, base_cfg = capped
         init = _initial_backbone(cfg, base_cfg, data, orbit_images[:SCREEN_TANGENT_IMAGES], device)
     in_dim = init.head_spec.in_dim
-    screen_inputs = ScreenInputs(init.objective, init.z1, init.z2, _collapsed_state(init.z1, in_dim, cfg), init.tangents,
+    screen_inputs = ScreenInputs(init.objective, init.z1, init.z2, _collapsed_state(init.objective, init.z1, in_dim, cfg), init.tangents,
                                  functools.partial(base_cfg.head.resolve_predictor, cfg.objective), seed=cfg.seed,
                                  spread=COLLAPSED_SPREAD)
     eval_inputs = EvalInputs(
@@ -218,15 +218,14 @@ def _tangents(families: tuple[str, ...], encode: Callable[[Tensor], Tensor],
     return tangents
 
 
-def _collapsed_state(z1: Tensor, in_dim: int, cfg: SearchConfig) -> tuple[Tensor, Tensor]:
-    """Two batches of the collapsed state: the real feature mean plus :data:`COLLAPSED_SPREAD`
-    times the per-dimension std of Gaussian noise (seeded)."""
+def _collapsed_state(objective: nn.Module, z1: Tensor, in_dim: int, cfg: SearchConfig) -> tuple[Tensor, Tensor]:
+    """Two batches of the collapsed state (the objective's construction): centred on the real
+    feature mean, the noise :data:`COLLAPSED_SPREAD` times the per-dimension std (seeded)."""
     gen = torch.Generator().manual_seed(cfg.seed)
     bc = min(COLLAPSED_BATCH, cfg.screen_batch)
     mu, sd = z1.double().mean(0), z1.double().std(0).clamp_min(1e-6)
-    c1, c2 = ((mu + COLLAPSED_SPREAD * sd * torch.randn(bc, in_dim, generator=gen, dtype=torch.float64)).float()
-              for _ in range(2))
-    return c1, c2
+    state = objective.collapsed_state(bc, in_dim, spread=COLLAPSED_SPREAD, generator=gen, center=mu, scale=sd)
+    return state.z1.float(), state.z2.float()
 
 
 __all__ = ["COLLAPSED_BATCH", "SCREEN_TANGENT_IMAGES", "TANGENT_IMAGES", "TrialInputs", "prepare_trial_inputs"]

@@ -23,7 +23,7 @@ REFERENCE_ATTR = "reference"
 REFERENCE_NAME = "published"
 
 
-def reference_spec(objective: str, base: HeadSpec, space: SearchSpace) -> HeadSpec:
+def published_spec(objective: str, base: HeadSpec, space: SearchSpace) -> HeadSpec:
     """The method's published head (ReLU, the paper's widths capped at the space's widest
     candidate 4·d) on ``base``'s fields that the search does not choose."""
     from geohead.heads import preset_spec
@@ -68,4 +68,4 @@ def reference_trial(study: Any) -> Any | None:
     return done[-1] if done else None
 
 
-__all__ = ["REFERENCE_ATTR", "enqueue_reference", "in_space", "is_reference", "reference_spec", "reference_trial"]
+__all__ = ["REFERENCE_ATTR", "enqueue_reference", "in_space", "is_reference", "published_spec", "reference_trial"]

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, auto_workers
-from geohead.search.reference import enqueue_reference, reference_spec, reference_trial
+from geohead.search.reference import enqueue_reference, published_spec, reference_trial
 from geohead.search.study import create_study, quiet_optuna
 from geohead.search.workers import echo_stderr, prepare_and_describe, run_worker, worker_main
 
@@ -86,7 +86,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     url = storage_url(cfg.storage, out)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage, study = _open_study(cfg, url, out)
-    enqueue_reference(study, inputs.space, reference_spec(cfg.objective, inputs.base_spec, inputs.space))
+    enqueue_reference(study, inputs.space, published_spec(cfg.objective, inputs.base_spec, inputs.space))
     t0 = time.time()
     deadline = t0 + cfg.timeout if cfg.timeout else None
     say(f"geohead search: {cfg.objective} on {cfg.data}, study {cfg.study_name!r} in {describe(url)}, "

@@ -44,7 +44,7 @@ from geohead.search.criteria import TrialDiverged, screen, trained_criteria
 from geohead.search.escape import screen_verdict
 from geohead.search.score import SCORE_CRITERIA, geometric_score, score_components
 from geohead.search.inputs import TrialInputs
-from geohead.search.reference import in_space, is_reference, reference_spec
+from geohead.search.reference import in_space, is_reference, published_spec
 from geohead.search.seen import head_key, measured_heads, unmeasured_params
 
 
@@ -118,7 +118,7 @@ class TrialRunner:
         space, base = self.inputs.space, self.inputs.base_spec
         if not is_reference(trial):
             return space.suggest(trial, base)
-        spec = reference_spec(self.cfg.objective, base, space)
+        spec = published_spec(self.cfg.objective, base, space)
         if in_space(space, spec):
             drawn = space.suggest(trial, base)
             if drawn != spec:
