@@ -304,3 +304,29 @@ def test_batched_tangent_invariance_equals_the_reference(d, probes, depth, bn_mo
     assert got.rank_backbone == 3 and got.n_tangents == 14
     if bn_mode == "eval":  # (train mode: batch centring removes a direction shared by all points)
         assert got.fisher_rank_loss == (1 if depth == 1 else 0)
+
+
+def test_the_report_composes_tangents_of_a_few_orbits_and_local_invariance_exactly() -> None:
+    """``tangent_orbits``/``local`` (what the search's criteria use): the report's parts are the
+    parts computed by hand on the first orbits, bit for bit, and compression still uses all."""
+    from geohead.geometry.orbits import Orbits, compression
+    from geohead.geometry.span import between_image_directions, effective_span, local_invariance
+
+    torch.manual_seed(0)
+    images = torch.rand(N, C, 2 * S, 2 * S, dtype=F64)
+    head = GeometricHead(DIM, 5, hidden_dim=7, depth=2, activation="silu").double().eval()
+    encode = lambda x: nn.functional.avg_pool2d(x, 2).flatten(1)  # noqa: E731
+
+    def shift(x: torch.Tensor, t: float) -> torch.Tensor:
+        return x * (1 + t) + 0.1 * t ** 2
+
+    params = [-0.2, -0.1, 0.0, 0.1, 0.2]
+    rep = orbit_invariance(encode, head, images, shift, params, num_probes=4, generator=_gen(3), tangent_orbits=3, local=True)
+    orb = build_orbits(encode, head, images, shift, params)
+    few = Orbits(orb.params, orb.backbone[:3], orb.head[:3])
+    z, v = orbit_tangents(few)
+    ti = tangent_invariance(head, z, v, num_probes=4, generator=_gen(3))
+    li = local_invariance(head, z, v, between_image_directions(few), span=effective_span(orb.backbone.flatten(0, 1)))
+    assert rep.tangents == ti and rep.local == li
+    assert rep.compression == compression(space_geometry(orb.backbone), space_geometry(orb.head))["relative"]
+    assert orbit_invariance(encode, head, images, shift, params).local is None

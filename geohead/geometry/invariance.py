@@ -23,11 +23,14 @@ Orbits, ``encode``/``head``/``transform`` and the spreads are as in :mod:`geohea
   singular along them, vᵀ G v = 0, Prop. 5.2);
 * the numerical rank of the head's Fisher information on the tangent span against the span's
   dimension rank[v_1 … v_m]: the Fisher-rank loss of Thm 5.3 (directions the head destroys and
-  the backbone keeps).
+  the backbone keeps);
+* optionally (``local=True``) the local invariance ratio and the soft tangent-Fisher rank within
+  the backbone's effective span (:mod:`geohead.geometry.span`).
 
-The parts live in :mod:`geohead.geometry.orbits` (orbits, per-space geometry, compression) and
-:mod:`geohead.geometry.tangents` (tangents, tangent invariance, Fisher rank); this module
-composes them into an :class:`InvarianceReport`.
+The parts live in :mod:`geohead.geometry.orbits` (orbits, per-space geometry, compression),
+:mod:`geohead.geometry.tangents` (tangents, tangent invariance, Fisher rank) and
+:mod:`geohead.geometry.span` (local invariance); this module composes them into an
+:class:`InvarianceReport`. The search's orbit criteria are this report per family.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ from torch import Tensor, nn
 from geohead.geometry.orbits import (
     Encode, Orbits, SpaceGeometry, Transform, build_orbits, compression, space_geometry,
 )
+from geohead.geometry.span import LocalInvariance, between_image_directions, effective_span, local_invariance
 from geohead.geometry.tangents import TangentInvariance, orbit_tangents, tangent_invariance
 
 
@@ -53,6 +57,8 @@ class InvarianceReport:
         compression: the default width-invariant factor ("relative", see :func:`compression`);
         compression_paper_l2, compression_paper_var: the paper's two formulas, by name.
         tangents: :class:`TangentInvariance` (None when the sweep has fewer than 3 values).
+        local: :class:`~geohead.geometry.span.LocalInvariance` (None unless asked for, or with
+            fewer than 2 tangent orbits).
     """
 
     params: list[float]
@@ -64,6 +70,7 @@ class InvarianceReport:
     compression_paper_l2: float
     compression_paper_var: float
     tangents: TangentInvariance | None
+    local: LocalInvariance | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +83,7 @@ class InvarianceReport:
             "compression_paper_l2": self.compression_paper_l2,
             "compression_paper_var": self.compression_paper_var,
             "tangents": self.tangents.to_dict() if self.tangents is not None else None,
+            "local": dataclasses.asdict(self.local) if self.local is not None else None,
         }
 
 
@@ -88,15 +96,22 @@ def invariance_from_orbits(
     lidar_delta: float = 1e-4,
     bn_mode: str = "eval",
     generator: torch.Generator | None = None,
+    tangent_orbits: int | None = None,
+    local: bool = False,
 ) -> InvarianceReport:
     """:class:`InvarianceReport` from already-built :class:`Orbits` (see :func:`orbit_invariance`)."""
     gb = space_geometry(orbits.backbone, orbits.labels, lidar_delta)
     gh = space_geometry(orbits.head, orbits.labels, lidar_delta)
     comp = compression(gb, gh)
-    tang = None
-    if orbits.backbone.shape[1] >= 3:
-        z, v = orbit_tangents(orbits)
+    few = orbits if tangent_orbits is None else Orbits(orbits.params, orbits.backbone[:tangent_orbits],
+                                                       orbits.head[:tangent_orbits])
+    tang = loc = None
+    if few.backbone.shape[1] >= 3:
+        z, v = orbit_tangents(few)
         tang = tangent_invariance(head, z, v, rtol=rtol, num_probes=num_probes, bn_mode=bn_mode, generator=generator)
+        if local and few.backbone.shape[0] >= 2:  # gains within the span of all the views
+            loc = local_invariance(head, z, v, between_image_directions(few), rtol=rtol, bn_mode=bn_mode,
+                                   span=effective_span(orbits.backbone.flatten(0, 1)))
     return InvarianceReport(
         params=orbits.params.tolist(),
         n_images=int(orbits.backbone.shape[0]),
@@ -107,6 +122,7 @@ def invariance_from_orbits(
         compression_paper_l2=comp["paper_l2"],
         compression_paper_var=comp["paper_var"],
         tangents=tang,
+        local=loc,
     )
 
 
@@ -124,6 +140,8 @@ def orbit_invariance(
     batch_size: int = 256,
     bn_mode: str = "eval",
     generator: torch.Generator | None = None,
+    tangent_orbits: int | None = None,
+    local: bool = False,
 ) -> InvarianceReport:
     """Orbits of ``images`` under ``transform`` over the sweep ``params``, through backbone and head.
 
@@ -138,12 +156,16 @@ def orbit_invariance(
         num_probes: Hutchinson probes for ‖J_h‖_F² (exact when d ≤ num_probes).
         lidar_delta: LiDAR's δ.
         bn_mode: BatchNorm mode of the head (``"eval"`` default).
+        tangent_orbits: tangents (and local invariance) from the first this many orbits only
+            (the Fisher rank costs one forward-mode product per tangent direction); None: all.
+        local: also the local invariance ratio and soft Fisher rank (``report.local``).
 
     Returns: :class:`InvarianceReport`.
     """
     orbits = build_orbits(encode, head, images, transform, params, labels=labels, batch_size=batch_size, bn_mode=bn_mode)
     return invariance_from_orbits(
-        orbits, head, rtol=rtol, num_probes=num_probes, lidar_delta=lidar_delta, bn_mode=bn_mode, generator=generator
+        orbits, head, rtol=rtol, num_probes=num_probes, lidar_delta=lidar_delta, bn_mode=bn_mode, generator=generator,
+        tangent_orbits=tangent_orbits, local=local,
     )
 
 

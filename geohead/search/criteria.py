@@ -257,13 +257,14 @@ def _feature_criteria(fb: Tensor, fh: Tensor) -> dict[str, float]:
 
 def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, device: torch.device | str,
                     cl: bool) -> dict[str, float]:
-    """Orbit compression per family (and their geometric mean), tangent invariance and Fisher-rank
-    loss (mean and sum over the families) of the eval-mode backbone and head."""
+    """Orbit compression per family (and their geometric mean), tangent invariance, Fisher-rank
+    loss, local invariance and soft Fisher rank (mean or sum over the families) of the eval-mode
+    backbone and head: geometry's :func:`~geohead.geometry.orbit_invariance` per family, its
+    tangents from the first ``inputs.tangent_images`` orbits (one forward-mode product per
+    tangent direction)."""
     from geohead.data import ORBIT_FAMILIES
     from geohead.features import image_encoder
-    from geohead.geometry.orbits import Orbits, build_orbits, compression, space_geometry
-    from geohead.geometry.span import between_image_directions, effective_span, local_invariance
-    from geohead.geometry.tangents import orbit_tangents, tangent_invariance
+    from geohead.geometry import orbit_invariance
 
     to_device = image_encoder(backbone, inputs.mean, inputs.std, device, channels_last=cl)
 
@@ -275,24 +276,19 @@ def _orbit_criteria(backbone: nn.Module, head: nn.Module, inputs: EvalInputs, de
     nt = min(inputs.tangent_images, inputs.orbit_images.shape[0])
     for name in inputs.families:
         fam = ORBIT_FAMILIES[name]
-        orb = build_orbits(encode, head, inputs.orbit_images, fam.fn, fam.params)
-        c = compression(space_geometry(orb.backbone), space_geometry(orb.head))["relative"]
-        out[f"compression_{name}"] = c
-        comps.append(c)
-        # tangents of the first few orbits only: the Fisher rank costs one forward-mode
-        # product per tangent direction (up to d)
-        few = Orbits(orb.params, orb.backbone[:nt], orb.head[:nt])
-        z, v = orbit_tangents(few)
-        ti = tangent_invariance(head, z, v, num_probes=8, generator=torch.Generator().manual_seed(inputs.seed))
-        invs.append(ti.invariance)
-        lost += ti.fisher_rank_loss
-        if nt >= 2:  # gains within the span of all the family's views (geohead.geometry.span)
-            li = local_invariance(head, z, v, between_image_directions(few), span=effective_span(orb.backbone.flatten(0, 1)))
-            if math.isfinite(li.ratio):  # 0/0 for a head dead on the data: not recorded
-                local.append(li.ratio)
-            erank.append(li.fisher_effective_rank)
-            soft += li.fisher_soft_rank_loss
-            trank += li.tangent_rank
+        rep = orbit_invariance(encode, head, inputs.orbit_images, fam.fn, fam.params, num_probes=8,
+                               generator=torch.Generator().manual_seed(inputs.seed), tangent_orbits=nt, local=nt >= 2)
+        out[f"compression_{name}"] = rep.compression
+        comps.append(rep.compression)
+        if rep.tangents is not None:
+            invs.append(rep.tangents.invariance)
+            lost += rep.tangents.fisher_rank_loss
+        if rep.local is not None:
+            if math.isfinite(rep.local.ratio):  # 0/0 for a head dead on the data: not recorded
+                local.append(rep.local.ratio)
+            erank.append(rep.local.fisher_effective_rank)
+            soft += rep.local.fisher_soft_rank_loss
+            trank += rep.local.tangent_rank
     if comps:
         out["compression"] = math.exp(sum(math.log(max(c, 1e-12)) for c in comps) / len(comps))
     if invs:
