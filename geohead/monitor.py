@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import time
 from collections import deque
 from pathlib import Path
@@ -35,7 +34,7 @@ from geohead.errors import NonFiniteError
 #: The keys of every record (``hessian_*`` and ``m_over_h`` only on records that measured H_eff).
 MONITOR_KEYS = (
     "step", "batch", "rankme_backbone", "rankme_head", "std_backbone", "std_head", "std_healthy_backbone",
-    "std_healthy_head", "alpha_req_backbone", "alpha_req_head", "monitor_seconds",
+    "std_healthy_head", "std_ratio_backbone", "std_ratio_head", "alpha_req_backbone", "alpha_req_head", "monitor_seconds",
 )
 HESSIAN_KEYS = ("hessian_lambda_min", "hessian_lambda_max", "hessian_num_negative", "m_over_h", "hessian_seconds")
 
@@ -294,7 +293,7 @@ class GeometryMonitor:
         return bool(self.hessian_every) and len(self.history) % self.hessian_every == 0
 
     def _measure(self, step: int, feats: Tensor, embs: Tensor) -> dict[str, Any]:
-        from geohead.geometry import alpha_req, normalized_std, rankme
+        from geohead.geometry import collapse_record
 
         rec: dict[str, Any] = {"step": int(step)}
         parts = {}
@@ -304,11 +303,7 @@ class GeometryMonitor:
                 x = x[: self.max_samples]
             parts[name] = distributed.gather(x.float().contiguous()) if self.gather else x.float()
         rec["batch"] = int(parts["head"].shape[0])
-        for name, x in parts.items():
-            rec[f"rankme_{name}"] = _safe(rankme, x)
-            rec[f"std_{name}"] = _safe(normalized_std, x)
-            rec[f"std_healthy_{name}"] = 1.0 / math.sqrt(x.shape[1])
-            rec[f"alpha_req_{name}"] = _safe(alpha_req, x)
+        rec.update(collapse_record(parts["backbone"], parts["head"]))
         return rec
 
     def _hessian(self, z1: Tensor, z2: Tensor) -> dict[str, Any]:
@@ -368,13 +363,6 @@ class GeometryMonitor:
             if k != "step" and isinstance(v, (int, float)):
                 self._tb.add_scalar(f"geometry/{k}", v, global_step=rec["step"])
         self._tb.flush()
-
-
-def _safe(fn: Callable[[Tensor], float], x: Tensor) -> float:
-    try:
-        return float(fn(x))
-    except NonFiniteError:
-        return float("nan")
 
 
 __all__ = ["GeometryMonitor", "HESSIAN_KEYS", "MONITOR_KEYS"]

@@ -4,7 +4,6 @@ effective Hessian's extremes, written as lines of ``metrics.jsonl`` (what ``geoh
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -39,17 +38,12 @@ class Tracker:
         return {"rankme": f"{self.latest['rankme_head']:.1f}"} if "rankme_head" in self.latest else {}
 
     def monitor(self, step: int, model: SSLModel, feats: Tensor, embs: Tensor, views: list[Tensor], teacher) -> None:
-        from geohead.geometry.monitors import normalized_std, rankme
+        from geohead.geometry.monitors import collapse_record
 
         with torch.no_grad():
             feats_g = distributed.gather(feats.detach().float())
             embs_g = distributed.gather(embs.detach().float())
-        rec: dict[str, Any] = {
-            "step": step, "kind": "monitor",
-            "rankme_backbone": float(rankme(feats_g)), "rankme_head": float(rankme(embs_g)),
-            "std_backbone": float(normalized_std(feats_g)), "std_head": float(normalized_std(embs_g)),
-            "std_healthy_backbone": 1 / math.sqrt(feats_g.shape[1]), "std_healthy_head": 1 / math.sqrt(embs_g.shape[1]),
-        }
+        rec: dict[str, Any] = {"step": step, "kind": "monitor", **collapse_record(feats_g, embs_g, alpha=False)}
         for name, module in (("head", model.head), ("backbone", model.backbone)):
             cur = _flat_params(module)
             if name in self._prev:

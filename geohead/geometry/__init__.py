@@ -18,7 +18,8 @@ Submodules (import what you need; all depend on torch only), one concept each:
 * :mod:`~geohead.geometry.equilibrium` — :func:`stationarity` (‖∇_Z f‖ relative to the
   curvature), :func:`refine_collapsed` (a nearby collapsed equilibrium).
 * :mod:`~geohead.geometry.monitors` — :func:`rankme`, :func:`alpha_req`, :func:`normalized_std`,
-  :func:`within_rank_condition`, :func:`collapse_monitors`.
+  :func:`within_rank_condition`, :func:`collapse_monitors`, :func:`collapse_record` (the one
+  monitor record of geohead's loops and the search: docs/monitors.md).
 * :mod:`~geohead.geometry.orbits` — :func:`build_orbits`, per-space orbit geometry, compression.
 * :mod:`~geohead.geometry.tangents` — :func:`tangent_invariance` (Jacobian gain and Fisher rank on
   augmentation tangents).
@@ -38,7 +39,8 @@ from geohead.geometry.invariance import InvarianceReport, orbit_invariance
 from geohead.geometry.lanczos import lanczos
 from geohead.geometry.linear import LinearHeadGeometry, induced_metric, linear_head_geometry
 from geohead.geometry.monitors import (
-    CollapseMonitors, WithinRankCondition, alpha_req, collapse_monitors, normalized_std, rankme, within_rank_condition,
+    CollapseMonitors, WithinRankCondition, alpha_req, collapse_monitors, collapse_record, normalized_std, rankme,
+    within_rank_condition,
 )
 from geohead.geometry.operators import Operator
 from geohead.geometry.orbits import build_orbits
@@ -52,7 +54,7 @@ from geohead.geometry.trace import frobenius_norm, hutchinson_trace
 __all__ = [
     "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry", "LocalInvariance",
     "Operator", "RefinedState", "SpectrumSummary", "Stationarity", "TangentInvariance", "WithinRankCondition",
-    "alpha_req", "between_image_directions", "build_orbits", "collapse_monitors", "effective_rank", "effective_span",
+    "alpha_req", "between_image_directions", "build_orbits", "collapse_monitors", "collapse_record", "effective_rank", "effective_span",
     "escape_curvature", "frobenius_norm", "heff_conditioning", "hutchinson_trace", "induced_metric", "lanczos", "linear_head_geometry",
     "local_invariance", "normalized_std", "orbit_invariance", "rankme", "refine_collapsed", "slq_density",
     "spectrum_summary", "stationarity", "tangent_invariance", "within_rank_condition",

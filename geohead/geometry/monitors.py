@@ -5,7 +5,10 @@ On a batch of embeddings E (N, k): :func:`rankme` (Garrido et al. 2023), :func:`
 (Agrawal et al. 2022), :func:`normalized_std` (Chen & He 2021, ≈ 1/√k when healthy),
 :func:`within_rank_condition` (covariance condition number on its numerical range, instead of the
 paper's tracker's clamped one: docs/theory.md, "Measurement pitfalls"), and all of them at once,
-:func:`collapse_monitors`.
+:func:`collapse_monitors`; :func:`collapse_record` is the flat record of a backbone's features
+and a head's embeddings that every monitor of geohead writes (the training loop's Tracker,
+:class:`geohead.monitor.GeometryMonitor`, the Lightning callback, the search's trials); its keys
+are documented once, in docs/monitors.md.
 """
 from __future__ import annotations
 
@@ -149,7 +152,42 @@ def collapse_monitors(emb: Tensor) -> CollapseMonitors:
     )
 
 
+#: The spaces of a collapse record, in key order.
+SPACES = ("backbone", "head")
+
+
+def collapse_record(feats: Tensor, embs: Tensor, *, alpha: bool = True) -> dict[str, float]:
+    """The collapse monitors of backbone features (N, d) and head embeddings (N, k), one key each
+    (docs/monitors.md), for ``space`` in backbone, head:
+
+    * ``rankme_{space}``: :func:`rankme`;
+    * ``std_{space}``: :func:`normalized_std`, the std of the L2-normalised rows;
+    * ``std_healthy_{space}``: 1/√width, what ``std`` is for isotropic embeddings;
+    * ``std_ratio_{space}``: ``std`` · √width, 1 when healthy, 0 at complete collapse;
+    * ``alpha_req_{space}``: :func:`alpha_req` (only with ``alpha``: it costs an eigendecomposition).
+
+    A measurement of non-finite embeddings is NaN (the caller decides whether that is an error).
+    """
+    rec: dict[str, float] = {}
+    for space, x in zip(SPACES, (feats, embs)):
+        width = x.shape[1]
+        rec[f"rankme_{space}"] = _nan_if_not_finite(rankme, x)
+        rec[f"std_{space}"] = _nan_if_not_finite(normalized_std, x)
+        rec[f"std_healthy_{space}"] = 1 / math.sqrt(width)
+        rec[f"std_ratio_{space}"] = rec[f"std_{space}"] * math.sqrt(width)
+        if alpha:
+            rec[f"alpha_req_{space}"] = _nan_if_not_finite(alpha_req, x)
+    return rec
+
+
+def _nan_if_not_finite(fn: Any, x: Tensor) -> float:
+    try:
+        return float(fn(x))
+    except NonFiniteError:
+        return float("nan")
+
+
 __all__ = [
-    "CollapseMonitors", "WithinRankCondition", "alpha_req", "collapse_monitors", "normalized_std", "rankme",
-    "within_rank_condition",
+    "CollapseMonitors", "SPACES", "WithinRankCondition", "alpha_req", "collapse_monitors", "collapse_record",
+    "normalized_std", "rankme", "within_rank_condition",
 ]

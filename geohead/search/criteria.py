@@ -240,17 +240,17 @@ def trained_criteria(backbone: nn.Module, head: nn.Module, objective: nn.Module,
 
 
 def _feature_criteria(fb: Tensor, fh: Tensor) -> dict[str, float]:
-    """RankMe, normalised std and conditioning of the probe-train features of backbone and head."""
-    from geohead.geometry import normalized_std, rankme, within_rank_condition
+    """The collapse record (:func:`geohead.geometry.collapse_record`, without α-ReQ) of the
+    probe-train features of backbone and head, RankMe as a fraction of the width, and the
+    backbone's within-rank condition number."""
+    from geohead.geometry import collapse_record, within_rank_condition
 
     if not (torch.isfinite(fb).all() and torch.isfinite(fh).all()):
         raise TrialDiverged("trained features are not finite")
     d, k = fb.shape[1], fh.shape[1]
-    out = {"dim_backbone": float(d), "rankme_backbone": rankme(fb)}
+    out = {"dim_backbone": float(d), **collapse_record(fb, fh, alpha=False)}
     out["rankme_backbone_frac"] = out["rankme_backbone"] / d
-    out["rankme_head_frac"] = rankme(fh) / k
-    out["std_backbone"] = normalized_std(fb) * math.sqrt(d)
-    out["std_head"] = normalized_std(fh) * math.sqrt(k)
+    out["rankme_head_frac"] = out["rankme_head"] / k
     out["condition_backbone"] = within_rank_condition(fb).condition
     return out
 
