@@ -30,3 +30,47 @@ def test_no_module_is_too_long() -> None:
     assert len(sizes) > 40  # the walk found the package
     too_long = {p: n for p, n in sizes.items() if n > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+#: Functions that may run longer than MAX_BODY: the numerical kernels (issue 25, item 6), and
+#: export.foreign.foreign_backbone until issue 23's rework of the foreign export lands.
+LONG_KERNELS = {"geohead/geometry/lanczos.py:lanczos", "geohead/geometry/collapse.py:escape_curvature",
+                "geohead/export/foreign.py:foreign_backbone"}
+MAX_BODY = 60
+
+
+def function_bodies(path: Path) -> dict[str, int]:
+    """``module:qualname`` -> lines of the function's body, its docstring excluded."""
+    import ast
+
+    out: dict[str, int] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                body = child.body
+                if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                        and isinstance(body[0].value.value, str):
+                    body = body[1:]
+                if body:
+                    out[f"{prefix}{child.name}"] = body[-1].end_lineno - body[0].lineno + 1
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(path.read_text()), "")
+    return out
+
+
+def test_functions_read_top_to_bottom() -> None:
+    """No function body (docstring excluded) over 60 lines but the numerical kernels."""
+    long = {}
+    for p in (ROOT / "geohead").rglob("*.py"):
+        for name, n in function_bodies(p).items():
+            key = f"{p.relative_to(ROOT).as_posix()}:{name}"
+            if n > MAX_BODY and key not in LONG_KERNELS:
+                long[key] = n
+    assert not long, f"function bodies over {MAX_BODY} lines: {long}"
+    # the walk measures: a 61-line body is caught
+    sample = ROOT / "geohead" / "geometry" / "lanczos.py"
+    assert function_bodies(sample)["lanczos"] > MAX_BODY

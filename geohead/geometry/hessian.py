@@ -113,29 +113,7 @@ class EffectiveHessian:
         bn_mode: str = "eval",
         dtype: torch.dtype = torch.float64,
     ) -> None:
-        if bn_mode not in BN_MODES:
-            raise ValueError(f"unknown bn_mode {bn_mode!r}; use 'eval' (running statistics) or 'train' (batch statistics)")
-        if dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
-            raise ValueError(f"dtype must be a floating dtype (float64 for diagnostics, float32 for screening), got {dtype}")
-        if not isinstance(z, Tensor) or z.dim() != 2:
-            raise ValueError(f"z must be a (B, d) tensor of backbone representations, got shape {tuple(getattr(z, 'shape', ()))}")
-        in_dim = getattr(head, "in_dim", None)
-        if isinstance(in_dim, int) and z.shape[1] != in_dim:
-            raise ValueError(f"z has feature dimension {z.shape[1]} but the head expects in_dim={in_dim}")
-        _check_finite(z, "z")
-        needs_pred = bool(getattr(objective, "needs_predictor", False))
-        name = getattr(objective, "name", type(objective).__name__)
-        if needs_pred and predictor is None:
-            raise ValueError(
-                f"objective {name!r} needs a predictor (its loss compares predictor(head(z1)) with the "
-                f"other branch); pass predictor=objective.make_predictor(k) or your trained predictor"
-            )
-        if z_other is not None:
-            if not isinstance(z_other, Tensor) or z_other.shape != z.shape:
-                raise ValueError(
-                    f"z_other must have the shape of z {tuple(z.shape)}, got {tuple(getattr(z_other, 'shape', ()))}"
-                )
-            _check_finite(z_other, "z_other")
+        name = _check_inputs(head, objective, z, z_other, predictor, bn_mode, dtype)
         self.objective = objective
         self.objective_name = name
         self.bn_mode = bn_mode
@@ -149,16 +127,7 @@ class EffectiveHessian:
         t = functional_module(teacher, dtype=dtype, device=z.device, bn_mode=bn_mode) if teacher is not None else h
         self._branch: Callable[[Tensor], Tensor] = (lambda x: p(h(x))) if p is not None else h
 
-        with torch.no_grad():
-            if target is not None:
-                if not isinstance(target, Tensor):
-                    raise ValueError(f"target must be a tensor, got {type(target).__name__}")
-                b = target.detach().to(device=z.device, dtype=dtype)
-            else:
-                src = z_other if z_other is not None else z
-                b = t(src.detach().to(dtype))
-        _check_finite(b, "target branch output")
-        self.target = b
+        b = self.target = _target_branch(t, z, z_other, target, dtype)
 
         self._z = z.detach().to(dtype).clone().requires_grad_(True)
         e = self._branch(self._z)
@@ -327,6 +296,52 @@ class EffectiveHessian:
             f"EffectiveHessian(objective={self.objective_name!r}, B={self.batch_size}, d={self.in_dim}, "
             f"k={self.out_dim}, dim={self.dim}, bn_mode={self.bn_mode!r}, dtype={self.dtype})"
         )
+
+
+def _check_inputs(head: nn.Module, objective: nn.Module, z: Tensor, z_other: Tensor | None, predictor: nn.Module | None,
+                  bn_mode: str, dtype: torch.dtype) -> str:
+    """Raise ``ValueError`` naming the first bad argument of :class:`EffectiveHessian`; return
+    the objective's name."""
+    if bn_mode not in BN_MODES:
+        raise ValueError(f"unknown bn_mode {bn_mode!r}; use 'eval' (running statistics) or 'train' (batch statistics)")
+    if dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"dtype must be a floating dtype (float64 for diagnostics, float32 for screening), got {dtype}")
+    if not isinstance(z, Tensor) or z.dim() != 2:
+        raise ValueError(f"z must be a (B, d) tensor of backbone representations, got shape {tuple(getattr(z, 'shape', ()))}")
+    in_dim = getattr(head, "in_dim", None)
+    if isinstance(in_dim, int) and z.shape[1] != in_dim:
+        raise ValueError(f"z has feature dimension {z.shape[1]} but the head expects in_dim={in_dim}")
+    _check_finite(z, "z")
+    needs_pred = bool(getattr(objective, "needs_predictor", False))
+    name = getattr(objective, "name", type(objective).__name__)
+    if needs_pred and predictor is None:
+        raise ValueError(
+            f"objective {name!r} needs a predictor (its loss compares predictor(head(z1)) with the "
+            f"other branch); pass predictor=objective.make_predictor(k) or your trained predictor"
+        )
+    if z_other is not None:
+        if not isinstance(z_other, Tensor) or z_other.shape != z.shape:
+            raise ValueError(
+                f"z_other must have the shape of z {tuple(z.shape)}, got {tuple(getattr(z_other, 'shape', ()))}"
+            )
+        _check_finite(z_other, "z_other")
+    return name
+
+
+def _target_branch(t: Callable[[Tensor], Tensor], z: Tensor, z_other: Tensor | None, target: Tensor | None,
+                   dtype: torch.dtype) -> Tensor:
+    """The target branch's output b (B, k), held fixed: ``target``, or the teacher ``t`` at
+    ``z_other`` (or at ``z``)."""
+    with torch.no_grad():
+        if target is not None:
+            if not isinstance(target, Tensor):
+                raise ValueError(f"target must be a tensor, got {type(target).__name__}")
+            b = target.detach().to(device=z.device, dtype=dtype)
+        else:
+            src = z_other if z_other is not None else z
+            b = t(src.detach().to(dtype))
+    _check_finite(b, "target branch output")
+    return b
 
 
 __all__ = ["EffectiveHessian"]
