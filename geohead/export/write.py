@@ -19,7 +19,7 @@ from geohead.export.format import (
     check_architecture, encode_metadata, tensor_checksum,
 )
 from geohead.export.sources import source_of_checkpoint, source_of_module
-from geohead.io import atomic_write_text, default_mode, fsync_dir, save_safetensors
+from geohead.io import atomic_write_text, default_mode, folder_problem, fsync_dir, save_safetensors
 
 
 @dataclasses.dataclass
@@ -170,6 +170,9 @@ def export_backbone(
     """
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
+    problem = folder_problem(out_dir)
+    if problem:
+        raise ExportError(f"--out {str(out_dir)!r} cannot be written: {problem}; choose another folder")
     if isinstance(source, nn.Module):
         src = source_of_module(source, with_head, teacher, architecture=architecture, model_args=model_args,
                                img_size=img_size)
@@ -182,7 +185,7 @@ def export_backbone(
     tensors = _cast(src.tensors, DTYPES[dtype])
     head_tensors = _cast(src.head, DTYPES[dtype]) if src.head is not None else None
     checksum = tensor_checksum(tensors)
-    head_checksum = tensor_checksum(head_tensors) if head_tensors is not None else None
+    head_checksum = tensor_checksum(head_tensors, src.head_spec) if head_tensors is not None else None
     timm_loadable = bool(src.config.get("timm_loadable", not src.config.get("cifar_stem", False)))
     config = timm_config(model, src.config, mean, std)
     config["geohead"] = _geohead_record(src, dtype, timm_loadable, checksum, head_checksum)
@@ -241,6 +244,7 @@ def _geohead_record(src: Any, dtype: str, timm_loadable: bool, checksum: str,
         "files": {"weights": WEIGHTS_NAME, "head": HEAD_WEIGHTS_NAME if has_head else None,
                   "head_spec": HEAD_SPEC_NAME if has_head else None},
         "head_checksum": head_checksum,
+        "head_checksum_covers": "tensors+spec" if has_head else None,
         "provenance": src.provenance,
     }
 

@@ -63,6 +63,7 @@ def check_storage(storage: str | None) -> None:
         return
     if is_journal(storage):
         path = Path(storage[len("journal:"):] if storage.startswith("journal:") else storage).expanduser()
+        _check_parent(storage, path)
         if not str(path) or not path.parent.is_dir():
             raise ValueError(f"--storage {storage!r}: folder {str(path.parent)!r} does not exist; create it first "
                              "or give a journal file in an existing folder")
@@ -95,10 +96,21 @@ def check_storage(storage: str | None) -> None:
         if not db or db == ":memory:":
             raise ValueError(f"--storage {storage!r} is an in-memory database that no rerun or worker can see; "
                              "give a file: sqlite:///path/study.db")
+        _check_parent(storage, Path(db).expanduser())
         folder = Path(db).expanduser().resolve().parent
         if not folder.is_dir():
             raise ValueError(f"--storage {storage!r}: folder {str(folder)!r} does not exist; create it first "
                              "or give a file in an existing folder")
+
+
+def _check_parent(storage: str, path: Path) -> None:
+    """A storage file whose path runs through a file, or that is a folder, is a ``ValueError``."""
+    if path.is_dir():
+        raise ValueError(f"--storage {storage!r}: {str(path)!r} is a folder; give a file path in it (e.g. {str(path / 'study.db')!r})")
+    for parent in path.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--storage {storage!r}: {str(parent)!r} is a file, so {str(path)!r} cannot be made; "
+                             "give a path in an existing folder")
 
 
 def dashboard_command(url: str) -> str:
