@@ -231,9 +231,26 @@ class TrainConfig:
         for key, value in nonneg.items():
             if not value >= 0:
                 raise ConfigError(f"{key} must be >= 0, got {value!r}")
+        optional = {"data.n_train": self.data.n_train, "data.n_test": self.data.n_test,
+                    "probe.n_train": self.probe.n_train, "probe.n_test": self.probe.n_test,
+                    "track.hessian_samples": self.track.hessian_samples, "track.hessian_iters": self.track.hessian_iters}
+        for key, value in optional.items():
+            if value is not None and not value >= 1:
+                raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
+        self._check_backbone_args()
         if self.optim.max_steps is not None and self.optim.max_steps < 1:
             raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
         return self
+
+    def _check_backbone_args(self) -> None:
+        """backbone.args reach timm.create_model: a recipe (often someone else's file) may pass
+        only plain architecture arguments, no weights, paths or network options."""
+        from geohead.backbones import check_model_args
+
+        try:
+            check_model_args(self.backbone.args)
+        except ValueError as exc:
+            raise ConfigError(f"[backbone.args]: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -56,6 +56,8 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
                               architecture=architecture, model_args=model_args or None)
     except (ExportError, CheckpointError) as exc:
         fail(str(exc))
+    for line in res.recovered:
+        click.echo(f"note: {line}", err=True)
     click.echo(f"exported the {res.branch} backbone ({res.num_tensors} tensors, {res.num_params:,} values, {res.dtype}) to {res.out_dir}")
     click.echo(f"  {res.weights.name}  {res.checksum}")
     if res.head_weights is not None:

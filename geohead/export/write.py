@@ -34,6 +34,7 @@ class ExportResult:
         checksum: ``"sha256:<hex>"`` of the backbone tensors (:func:`tensor_checksum`).
         num_tensors, num_params: tensors in the file and their total number of elements.
         dtype: storage dtype name ("fp32", "bf16", "fp16"); branch: "student" or "teacher".
+        recovered: what :func:`recover_interrupted` cleaned up of earlier, killed exports.
     """
 
     out_dir: Path
@@ -47,6 +48,7 @@ class ExportResult:
     num_params: int
     dtype: str
     branch: str
+    recovered: list[str] = dataclasses.field(default_factory=list)
 
 
 # ---------------------------------------------------------------------- config.json
@@ -110,7 +112,7 @@ def _place(tmp: Path, out: Path, overwrite: bool) -> None:
             raise ExportError(f"--out {str(out)!r} exists and is not a folder; choose another path")
         if any(out.iterdir()) and not overwrite:
             raise ExportError(f"--out {str(out)!r} already holds files; pass --overwrite (overwrite=True) or choose another folder")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # recover_interrupted reads these names
         os.replace(out, old)
         try:
             os.replace(tmp, out)
@@ -191,6 +193,7 @@ def export_backbone(
     config["geohead"] = _geohead_record(src, dtype, timm_loadable, checksum, head_checksum)
 
     out = Path(out_dir)
+    recovered = recover_interrupted(out)
     _write_folder(out, overwrite, src, config, tensors, head_tensors, dtype, checksum, head_checksum)
     has_head = head_tensors is not None
     return ExportResult(
@@ -205,6 +208,7 @@ def export_backbone(
         num_params=sum(t.numel() for t in tensors.values()),
         dtype=dtype,
         branch=src.provenance["branch"],
+        recovered=recovered,
     )
 
 
@@ -249,13 +253,63 @@ def _geohead_record(src: Any, dtype: str, timm_loadable: bool, checksum: str,
     }
 
 
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def recover_interrupted(out: str | os.PathLike) -> list[str]:
+    """Clean up after exports to ``out`` that were killed, before a new one starts.
+
+    A killed export leaves ``.NAME.tmp-PID-*`` (its unfinished folder) and, killed between the two
+    renames of ``overwrite``, ``.NAME.old-PID`` (the previous export) with ``NAME`` missing. Folders
+    of processes that still run are left alone. The previous export is put back where ``NAME`` is
+    missing (else removed: the replacement finished); temporary folders are removed (those of
+    exports before PIDs were in their names, after an hour). Returns what was done, one line each.
+    """
+    import re
+    import time
+
+    out = Path(out)
+    done: list[str] = []
+    if not out.parent.is_dir():
+        return done
+    name = re.escape(out.name)
+    pattern = re.compile(rf"^\.{name}\.(?:(old)-(\d+)$|(tmp)-(?:(\d+)-)?)")
+    for entry in sorted(out.parent.iterdir()):
+        m = pattern.match(entry.name)
+        if m is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        kind, digits = ("old", m.group(2)) if m.group(1) else ("tmp", m.group(4))
+        pid = int(digits) if digits else None
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            continue
+        if pid is None and time.time() - entry.stat().st_mtime < 3600:
+            continue
+        if kind == "old" and not (out.exists() or out.is_symlink()):
+            os.replace(entry, out)
+            done.append(f"restored the previous export {out} from {entry.name} (an export was killed while replacing it)")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(f"removed {entry.name}, left by a killed export")
+    if done:
+        fsync_dir(out.parent)
+    return done
+
+
 def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], tensors: dict[str, Tensor],
                   head_tensors: dict[str, Tensor] | None, dtype: str, checksum: str, head_checksum: str | None) -> None:
     """Write the export into a temporary sibling of ``out`` and rename it into place, so a failure
     leaves nothing half-written."""
     extra = {"format": EXPORT_FORMAT, "dtype": dtype, "backbone": src.config, "checksum": checksum}
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         save_safetensors(tmp / WEIGHTS_NAME, tensors, encode_metadata(src.provenance, extra))
         if head_tensors is not None:
@@ -272,4 +326,4 @@ def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-__all__ = ["ExportResult", "export_backbone", "timm_config"]
+__all__ = ["ExportResult", "export_backbone", "recover_interrupted", "timm_config"]

@@ -163,12 +163,33 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
             if heartbeat:
                 kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": 3 * int(heartbeat),
                           retry_kw: Retry(max_retry=MAX_RETRY)}
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+            return _rdb_storage(url, engine, kwargs)
     except ImportError:
         raise ValueError(f"storage {describe(url)!r}: the database driver is not installed; pip install it "
                          "(PostgreSQL: pip install psycopg2-binary)") from None
     except Exception as exc:  # sqlalchemy's ArgumentError/OperationalError: bad URL or unreachable server
         raise ValueError(f"cannot open storage {describe(url)!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def _rdb_storage(url: str, engine: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """``optuna.storages.RDBStorage``; on SQLite, retried while another process creates the same
+    new database's tables (both see no tables, one fails with IntegrityError on alembic_version
+    or "table ... already exists"): the second attempt finds them made."""
+    import random
+    import time
+
+    import optuna
+
+    for attempt in range(10):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy's IntegrityError / OperationalError
+            names = {c.__name__ for c in type(exc).__mro__}
+            racing = names & {"IntegrityError", "OperationalError"} and "already exists" in str(exc) or "IntegrityError" in names
+            if not (url.startswith("sqlite") and racing) or attempt == 9:
+                raise
+            time.sleep(0.2 + 0.3 * random.random() * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _driver(url: str) -> str:
