@@ -29,7 +29,9 @@ class HeadSpec:
         out_dim: embedding dimension k (for DINO heads: the bottleneck before the prototypes).
         hidden_dim: width of the hidden layers (ignored when ``depth == 1``).
         depth: number of Linear layers; 1 is a linear head (no activation).
-        activation: a name in :data:`ACTIVATIONS` or ``"module:Class"`` of an ``nn.Module`` type.
+        activation: a name in :data:`ACTIVATIONS`, a name registered with :func:`~geohead.heads.register_activation`,
+            or an ``nn.Module`` type (stored as ``"module:QualName"``, registered in this process; a spec
+            read from a file is looked up, never imported).
         norm: ``"batch"``, ``"layer"`` or ``None`` after each hidden Linear.
         bias: ``"auto"`` (drop the bias of a Linear followed by BatchNorm), ``True`` or ``False``.
         last_norm: ``None``, ``"batch"``, ``"batch_noaffine"`` (SimSiam) or ``"layer"`` after the
