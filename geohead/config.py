@@ -214,6 +214,14 @@ class TrainConfig:
                 get_recipe(self.data.views or self.objective).replace(**self.data.view_args)
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"[data.view_args]: {exc}") from None
+        self._check_numbers()
+        self._check_backbone_args()
+        if self.optim.max_steps is not None and self.optim.max_steps < 1:
+            raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
+        return self
+
+    def _check_numbers(self) -> None:
+        """Sizes and rates in range, each error naming its key."""
         positive = {
             "optim.batch_size": self.optim.batch_size, "optim.lr": self.optim.lr, "optim.epochs": self.optim.epochs,
             "data.img_size": self.data.img_size, "track.log_every": self.track.log_every,
@@ -237,10 +245,6 @@ class TrainConfig:
         for key, value in optional.items():
             if value is not None and not value >= 1:
                 raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
-        self._check_backbone_args()
-        if self.optim.max_steps is not None and self.optim.max_steps < 1:
-            raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
-        return self
 
     def _check_backbone_args(self) -> None:
         """backbone.args reach timm.create_model: a recipe (often someone else's file) may pass

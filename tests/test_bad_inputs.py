@@ -206,6 +206,19 @@ def test_cli_bad_input_is_clean(prepared, inside, case: str, args: list[str], ne
     assert needle in out, f"{case}: {needle!r} not in the message: {out}"
 
 
+UNWRITABLE = [c for c in CLI_MARKED if c.id.endswith("unwritable")]
+
+
+@pytest.mark.parametrize("case, args, needle", [pytest.param(*c.values, id=c.id) for c in UNWRITABLE])
+def test_cli_unwritable_folder_is_clean_even_as_root(prepared, inside, monkeypatch, case, args, needle) -> None:
+    """The unwritable-folder cases where the tests run as root (who may write anywhere): the
+    folder ``locked`` is reported unwritable by os.access, as it is to any other user."""
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p).name == "locked" else real(p, mode, **kw))
+    test_cli_bad_input_is_clean(prepared, inside, case, args, needle)
+    assert "not writable" in CliRunner().invoke(__import__("geohead.cli").cli.main, args).output
+
+
 # ---------------------------------------------------------------------- the Python API
 def _api_cases() -> list[tuple[str, Callable[[Path], Any], str, str]]:
     """(case, call(world), error class name, needle)."""
