@@ -46,8 +46,9 @@ def save_checkpoint(path: str | Path, tensors: dict[str, Tensor], meta: dict[str
     """Write ``tensors`` and JSON-able ``meta`` to ``path`` atomically (temp file + rename)."""
     header = {"format": FORMAT}
     header.update({k: json.dumps(v, sort_keys=True, allow_nan=True) for k, v in meta.items()})
-    header["checksum"] = tensor_checksum(tensors, header)
-    return save_safetensors(path, tensors, header)
+    body = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}  # one device copy, hashed and saved
+    header["checksum"] = tensor_checksum(body, header)
+    return save_safetensors(path, body, header)
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
