@@ -241,6 +241,7 @@ def _api_cases() -> list[tuple[str, Callable[[Path], Any], str, str]]:
         ("spec-version-99", lambda w: HeadSpec.from_json(_spec(version=99)), "SpecError", "99"),
         ("spec-deep-nesting", lambda w: HeadSpec.from_json("{\"a\": " + "[" * 100_000 + "]" * 100_000 + "}"), "SpecError", "nested"),
         ("spec-binary-file", lambda w: HeadSpec.from_json(w / "binary.json"), "SpecError", "binary.json"),
+        ("spec-folder", lambda w: HeadSpec.from_json(w / "folder"), "SpecError", "folder"),
         ("spec-missing-file", lambda w: HeadSpec.from_json(w / "nope.json"), "FileNotFoundError", "nope.json"),
         ("spec-huge-hidden", lambda w: HeadSpec(8, 4, hidden_dim=2 ** 40), "SpecError", "1099511627776"),
         ("spec-huge-depth", lambda w: HeadSpec(8, 4, depth=10 ** 6), "SpecError", "1000000"),

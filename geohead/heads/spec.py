@@ -176,6 +176,8 @@ class HeadSpec:
         """The UTF-8 text of a spec file, refused (:class:`~geohead.errors.SpecError`) when large
         or binary; FileNotFoundError when missing."""
         path = Path(path)
+        if path.is_dir():
+            raise SpecError(f"head spec {str(path)!r} is a folder; give the .json file in it (best_head.json, head.json)")
         if not path.is_file():
             raise FileNotFoundError(f"head spec file {str(path)!r} does not exist; give a .json file "
                                     "written by geohead (best_head.json, head.json) or JSON text")
