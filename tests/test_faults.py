@@ -189,3 +189,16 @@ def _trial_attrs(out: Path, number: int) -> dict:
 
     study = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
     return study.trials[number].user_attrs
+
+
+@pytest.mark.slow
+def test_two_geohead_search_commands_started_together_both_finish(tmp_path) -> None:
+    """The whole command, twice at once on one new study (default storage OUT/study.db)."""
+    args = [sys.executable, "-m", "geohead.cli", "search", "--out", str(tmp_path / "s"), "--steps", "2", "--trials", "2",
+            "--n-train", "64", "--batch-size", "16", "--probe-train", "32", "--probe-test", "32", "--timeout", "120",
+            "--no-progress", "--device", "cpu"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [r[1][-1500:] for r in results]
+    assert (tmp_path / "s" / "best_head.json").is_file()
