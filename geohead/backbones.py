@@ -32,6 +32,8 @@ import dataclasses
 import difflib
 import inspect
 import json
+import math
+import re
 from typing import Any
 
 import torch
@@ -274,14 +276,94 @@ def create_backbone(
     return model
 
 
-def rebuild_backbone(config: dict[str, Any]) -> nn.Module:
-    """A fresh (randomly initialised) backbone from a ``geohead_config`` dict (e.g. read from JSON)."""
+#: timm.create_model / build_model_with_cfg arguments that load weights, reach the network, read
+#: files or change what is built around the architecture: a config read from a file never passes them.
+LOADER_KEYS = frozenset({
+    "pretrained", "pretrained_cfg", "pretrained_cfg_overlay", "pretrained_strict", "checkpoint_path", "cache_dir",
+    "features_only", "feature_cfg", "feature_cls", "out_indices", "scriptable", "exportable", "no_jit",
+    "kwargs_filter", "model_args", "weights", "url", "hf_hub_id", "file", "state_dict",
+})
+_SAFE_STR = re.compile(r"^[A-Za-z0-9_.+-]{0,64}$")
+_MAX_INT = 1 << 20
+
+
+def _arg_problem(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` is not a plain architecture argument (None when it is): JSON scalars, short
+    names without path characters, bounded integers, finite floats, flat lists of those."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None if abs(value) <= _MAX_INT else f"integer beyond ±{_MAX_INT}"
+    if isinstance(value, float):
+        return None if math.isfinite(value) and abs(value) <= _MAX_INT else "not a finite number"
+    if isinstance(value, str):
+        return None if _SAFE_STR.match(value) and ".." not in value else "a string with path or other characters"
+    if isinstance(value, list) and depth == 0 and len(value) <= 16:
+        return next((p for p in (_arg_problem(v, 1) for v in value) if p), None)
+    return f"a {type(value).__name__}, not a number, name or short list"
+
+
+def check_model_args(args: Any) -> dict[str, Any]:
+    """``args`` when they are plain architecture arguments for ``timm.create_model``: a dict of
+    identifiers, none a loader key (:data:`LOADER_KEYS`), each value a JSON scalar (short names
+    without path characters, bounded integers, finite floats) or a short flat list of them.
+
+    Raises :class:`~geohead.errors.UntrustedInputError` (a ValueError) naming the key and value.
+    """
+    from geohead.errors import UntrustedInputError
+
+    if not isinstance(args, dict):
+        raise UntrustedInputError(f"backbone model_args must be a JSON object of architecture arguments, got {str(args)[:80]!r}")
+    for key, value in args.items():
+        if not isinstance(key, str) or not key.isidentifier() or key in LOADER_KEYS:
+            raise UntrustedInputError(f"backbone model_args key {str(key)[:80]!r} is refused: a file may not pass "
+                                      f"weights, paths or loader options ({sorted(LOADER_KEYS)[:6]}...) to timm")
+        problem = "" if key != "num_classes" or value == 0 else "num_classes other than 0"
+        problem = problem or _arg_problem(value)
+        if problem:
+            raise UntrustedInputError(f"backbone model_args {key}={str(value)[:80]!r} is refused ({problem}); "
+                                      "a backbone config holds only plain architecture arguments")
+    return args
+
+
+def checked_backbone_config(config: Any) -> dict[str, Any]:
+    """``config`` (read from a checkpoint or an export's config.json) when it is safe to build:
+    a registered timm architecture (no ``hf-hub:`` / ``local-dir:``), ``model_args`` with no
+    loader key (:data:`LOADER_KEYS`: no weights, files or network) and only plain values.
+
+    Raises :class:`~geohead.errors.UntrustedInputError` (a ValueError) naming the key and value.
+    """
     import timm
 
+    from geohead.errors import UntrustedInputError
+
+    if not isinstance(config, dict):
+        raise UntrustedInputError(f"backbone config must be a JSON object, got {type(config).__name__}")
     missing = [k for k in ("architecture", "model_args", "img_size", "cifar_stem") if k not in config]
     if missing:
-        raise ValueError(f"backbone config lacks {missing}; it must come from create_backbone(...).geohead_config")
-    model = timm.create_model(config["architecture"], num_classes=0, **config["model_args"])
+        raise UntrustedInputError(f"backbone config lacks {missing}; it must come from create_backbone(...).geohead_config")
+    arch, args = config["architecture"], config["model_args"]
+    if not isinstance(arch, str) or ":" in arch or not timm.is_model(arch):
+        raise UntrustedInputError(f"backbone architecture {str(arch)[:80]!r} is not a timm architecture name "
+                                  "(timm.list_models()); a file cannot name a hub or a folder to load from")
+    check_model_args(args)
+    size = config["img_size"]
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 1 << 14:
+        raise UntrustedInputError(f"backbone img_size {str(size)[:80]!r} must be an integer from 1 to {1 << 14}")
+    if not isinstance(config["cifar_stem"], bool) or not isinstance(config.get("channels_last", False), (bool, type(None))):
+        raise UntrustedInputError("backbone cifar_stem and channels_last must be true or false")
+    return config
+
+
+def rebuild_backbone(config: dict[str, Any]) -> nn.Module:
+    """A fresh (randomly initialised) backbone from a ``geohead_config`` dict (e.g. read from JSON),
+    checked by :func:`checked_backbone_config` first: building never loads weights, reads files or
+    reaches the network."""
+    import timm
+
+    config = checked_backbone_config(config)
+    args = {k: v for k, v in config["model_args"].items() if k != "num_classes"}
+    model = timm.create_model(config["architecture"], num_classes=0, pretrained=False, **args)
     stem = apply_cifar_stem(model) if config["cifar_stem"] else None
     if config.get("channels_last"):
         model = model.to(memory_format=torch.channels_last)

@@ -4,7 +4,10 @@ Tensors (model, teacher, objective buffers, optimiser state) go in the safetenso
 prefixed names; everything else (config, head spec, step, optimiser hyper-parameters, backbone
 build info) is JSON in the safetensors metadata header. A checkpoint is written with
 :func:`geohead.io.save_safetensors` (temporary file in the same folder, fsync, rename), so a
-killed process leaves either the old or the new checkpoint, never a torn file.
+killed process leaves either the old or the new checkpoint, never a torn file. The header's
+``checksum`` (:func:`geohead.io.tensor_checksum` over the tensors and the rest of the header)
+is checked on every load, so a flipped bit in the data or an edited header is refused, never
+resumed from.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from geohead.io import SafetensorsReadError, read_safetensors, save_safetensors
+from geohead.io import SafetensorsReadError, read_safetensors, save_safetensors, tensor_checksum
 
 FORMAT = "geohead.checkpoint/1"
 
@@ -42,8 +45,10 @@ class Checkpoint:
 def save_checkpoint(path: str | Path, tensors: dict[str, Tensor], meta: dict[str, Any]) -> Path:
     """Write ``tensors`` and JSON-able ``meta`` to ``path`` atomically (temp file + rename)."""
     header = {"format": FORMAT}
-    header.update({k: json.dumps(v, sort_keys=True) for k, v in meta.items()})
-    return save_safetensors(path, tensors, header)
+    header.update({k: json.dumps(v, sort_keys=True, allow_nan=True) for k, v in meta.items()})
+    body = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}  # one device copy, hashed and saved
+    header["checksum"] = tensor_checksum(body, header)
+    return save_safetensors(path, body, header)
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
@@ -63,6 +68,13 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(str(exc)) from None
     if header.get("format") != FORMAT:
         raise CheckpointError(f"{str(path)!r} is a safetensors file but not a geohead checkpoint (format={header.get('format')!r})")
+    want = header.pop("checksum", None)  # checkpoints written before checksums have none
+    if want is not None and tensor_checksum(tensors, header) != want:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} fails its checksum: its data or header changed after it was written "
+            "(a flipped bit, a partial copy, an edit). Copy it again from where it was written, or start "
+            "the run again with --overwrite"
+        )
     meta = {}
     for k, v in header.items():
         if k == "format":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import sys
 import types
 import typing
@@ -185,6 +186,9 @@ class TrainConfig:
         from geohead.objectives import OBJECTIVES, get_objective
 
         _choice("objective", self.objective, tuple(OBJECTIVES))
+        bad = _non_finite(self, "")
+        if bad is not None:
+            raise ConfigError(f"{bad} = {_lookup(self, bad)!r} is not a finite number; give a finite value")
         _choice("device", self.device.split(":")[0], DEVICES)
         _choice("precision", self.precision, PRECISIONS)
         _choice("optim.name", self.optim.name, OPTIMIZERS)
@@ -210,6 +214,14 @@ class TrainConfig:
                 get_recipe(self.data.views or self.objective).replace(**self.data.view_args)
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"[data.view_args]: {exc}") from None
+        self._check_numbers()
+        self._check_backbone_args()
+        if self.optim.max_steps is not None and self.optim.max_steps < 1:
+            raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
+        return self
+
+    def _check_numbers(self) -> None:
+        """Sizes and rates in range, each error naming its key."""
         positive = {
             "optim.batch_size": self.optim.batch_size, "optim.lr": self.optim.lr, "optim.epochs": self.optim.epochs,
             "data.img_size": self.data.img_size, "track.log_every": self.track.log_every,
@@ -227,9 +239,22 @@ class TrainConfig:
         for key, value in nonneg.items():
             if not value >= 0:
                 raise ConfigError(f"{key} must be >= 0, got {value!r}")
-        if self.optim.max_steps is not None and self.optim.max_steps < 1:
-            raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
-        return self
+        optional = {"data.n_train": self.data.n_train, "data.n_test": self.data.n_test,
+                    "probe.n_train": self.probe.n_train, "probe.n_test": self.probe.n_test,
+                    "track.hessian_samples": self.track.hessian_samples, "track.hessian_iters": self.track.hessian_iters}
+        for key, value in optional.items():
+            if value is not None and not value >= 1:
+                raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
+
+    def _check_backbone_args(self) -> None:
+        """backbone.args reach timm.create_model: a recipe (often someone else's file) may pass
+        only plain architecture arguments, no weights, paths or network options."""
+        from geohead.backbones import check_model_args
+
+        try:
+            check_model_args(self.backbone.args)
+        except ValueError as exc:
+            raise ConfigError(f"[backbone.args]: {exc}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -243,6 +268,13 @@ class TrainConfig:
 
 
 # ---------------------------------------------------------------------- parsing
+def _lookup(cfg: Any, key: str) -> Any:
+    """The value at a dotted ``key`` of a config (fields, dict keys, list indices)."""
+    for part in key.split("."):
+        cfg = cfg[int(part)] if isinstance(cfg, (list, tuple)) else cfg[part] if isinstance(cfg, dict) else getattr(cfg, part)
+    return cfg
+
+
 def _choice(key: str, value: Any, allowed: tuple) -> None:
     if value not in allowed:
         raise ConfigError(f"{key} = {value!r} is not allowed; choose one of {list(allowed)}")
@@ -347,7 +379,22 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> TrainCo
     if not path.is_file():
         raise ConfigError(f"recipe {str(path)!r} does not exist")
     try:
-        d = tomllib.loads(path.read_text())
+        d = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"recipe {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"recipe {str(path)!r} is not valid TOML: {exc}") from None
+    if not d:
+        raise ConfigError(f"recipe {str(path)!r} is empty; a recipe names at least its objective "
+                          "(objective = \"barlow\"), see recipes/*.toml")
     return config_from_dict(apply_overrides(d, overrides or []))
+
+
+def _non_finite(value: Any, key: str) -> str | None:
+    """The key of the first NaN/inf number in a config value (dataclass, dict, list), else None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else key
+    if dataclasses.is_dataclass(value):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    return next((bad for bad in (_non_finite(v, f"{key}.{k}" if key else str(k)) for k, v in items) if bad), None)

@@ -13,4 +13,14 @@ class NonFiniteError(ValueError, FloatingPointError):
     """
 
 
-__all__ = ["NonFiniteError"]
+class SpecError(ValueError):
+    """A head spec (HeadSpec fields, head.json, best_head.json, a checkpoint's head spec) that is
+    malformed, out of range, or names an activation outside the registry. A :class:`ValueError`."""
+
+
+class UntrustedInputError(ValueError):
+    """A file from elsewhere asks for something geohead refuses to do while loading: import code,
+    read outside its folder, reach the network, or pass unchecked arguments on. A :class:`ValueError`."""
+
+
+__all__ = ["NonFiniteError", "SpecError", "UntrustedInputError"]

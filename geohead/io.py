@@ -15,10 +15,12 @@ Leaf module: imports nothing from geohead (``safetensors`` is imported when firs
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 from torch import Tensor
 
@@ -28,9 +30,11 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_text",
     "default_mode",
+    "folder_problem",
     "fsync_dir",
     "read_safetensors",
     "save_safetensors",
+    "tensor_checksum",
 ]
 
 
@@ -39,6 +43,23 @@ class SafetensorsReadError(ValueError):
 
 
 # ---------------------------------------------------------------------- durable writes
+def folder_problem(path: str | os.PathLike) -> str | None:
+    """Why a folder cannot be made or written at ``path`` (a file in its place or on its way, an
+    unwritable folder), as the end of a sentence; None when it can. Creates nothing, so commands
+    call it before any work."""
+    p = Path(path).expanduser().absolute()
+    if p.exists() and not p.is_dir():
+        return f"{str(p)!r} is a file, not a folder"
+    probe = p
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{str(probe)!r} is a file, so no folder can be made at {str(p)!r}"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"folder {str(probe)!r} is not writable"
+    return None
+
+
 def default_mode(folder: bool = False) -> int:
     """The mode a new file (``0o666``) or folder (``0o777``) gets, minus the process umask.
 
@@ -96,6 +117,29 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` as UTF-8 to ``path`` atomically, newlines as given (no ``\\r\\n`` translation)."""
     return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+# ---------------------------------------------------------------------- checksums
+def tensor_checksum(tensors: Mapping[str, Tensor], extra: Mapping[str, Any] | None = None) -> str:
+    """``"sha256:<hex>"`` over the tensors in sorted name order, then ``extra`` (the JSON that
+    travels with them: a checkpoint's header, an exported head's spec), when given.
+
+    For each tensor: its name (UTF-8), its dtype (e.g. ``torch.bfloat16``), its shape, each
+    followed by a NUL byte, then its raw bytes in C order (little-endian, as safetensors stores
+    them). ``extra`` adds ``b"extra\\0"`` and its JSON text (sorted keys). Equal checksums mean
+    equal names, dtypes, shapes, bits and extra. One helper for exports, heads and checkpoints.
+    """
+    import torch
+
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(name.encode() + b"\0" + str(t.dtype).encode() + b"\0" + str(tuple(t.shape)).encode() + b"\0")
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    if extra is not None:
+        h.update(b"extra\0" + json.dumps(extra, sort_keys=True).encode())
+    return "sha256:" + h.hexdigest()
 
 
 # ---------------------------------------------------------------------- safetensors

@@ -4,6 +4,7 @@ effective Hessian's extremes, written as lines of ``metrics.jsonl`` (what ``geoh
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.config import TrainConfig
+from geohead.io import atomic_write_text
 from geohead.model import SSLModel
 from geohead.objectives import Objective
 
@@ -72,3 +74,30 @@ class Tracker:
         return {"hessian_lambda_min": s.lambda_min, "hessian_lambda_max": s.lambda_max,
                 "hessian_num_negative": s.num_negative, "m_over_h": s.m_over_h,
                 "hessian_matvecs": s.n_matvec, "hessian_bn_mode": "eval"}
+
+
+def truncate_metrics(path: Path, step: int) -> int:
+    """Keep the lines of ``metrics.jsonl`` up to ``step`` (a resumed run restarts from its
+    checkpoint at ``step``); a line that is not a JSON object (the torn last line of a killed
+    write) is dropped, and said so on stderr. Returns the number of lines dropped as torn."""
+    if not path.exists():
+        return 0
+    keep, torn = [], 0
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict) or isinstance(record.get("step", 0), bool) \
+                or not isinstance(record.get("step", 0), (int, float)):
+            torn += 1
+            continue
+        if record.get("step", 0) <= step:
+            keep.append(line)
+    if torn:
+        print(f"geohead: dropped {torn} torn line(s) of {path} (a run killed while writing it); "
+              f"resuming from step {step}", file=sys.stderr, flush=True)
+    atomic_write_text(path, "".join(line + "\n" for line in keep))
+    return torn

@@ -31,9 +31,9 @@ from torch import Tensor, nn
 from geohead import distributed
 from geohead._version import __version__
 from geohead.checkpoint import load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
-from geohead.config import TrainConfig
+from geohead.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
-from geohead.io import atomic_write_text
+from geohead.io import atomic_write_text, folder_problem
 from geohead.model import SSLModel, build_models, build_teacher, resolve_device
 from geohead.objectives import Objective, ema_update_
 
@@ -100,6 +100,7 @@ class Run:
     base_lr: float
     train_model: nn.Module
     autocast: torch.autocast
+    resumed_loss: float = float("nan")  # the checkpoint's last loss: a finished run rerun has no new step
 
     @property
     def is_main(self) -> bool:
@@ -127,6 +128,9 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
     ``out``).
     """
     cfg.validate()
+    problem = folder_problem(cfg.out_dir)
+    if problem:
+        raise ConfigError(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; choose another out")
     dist_on = _init_distributed()
     try:
         run = setup(cfg, distributed.rank(), distributed.world_size())
@@ -229,7 +233,10 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
         start_step = int(ck.meta["step"])
         if run.is_main:
-            _truncate_metrics(out / "metrics.jsonl", start_step)
+            from geohead.tracker import truncate_metrics
+
+            truncate_metrics(out / "metrics.jsonl", start_step)
+        run.resumed_loss = float(ck.meta.get("last_loss", float("nan")))
     elif run.is_main and overwrite:
         for name in ("last.ckpt", "metrics.jsonl", "probes.json", "summary.json"):
             (out / name).unlink(missing_ok=True)
@@ -351,7 +358,7 @@ def _loop(run: Run, start_step: int, callback: Callable[[EpochEnd], None] | None
     bar = _progress(cfg, run.is_main, start_step, run.run_steps)
     ckpt_every = cfg.track.ckpt_every or spe
     whiten_pending = run.head_spec.whiten is not None and start_step == 0
-    last_loss, perm, perm_epoch = float("nan"), torch.empty(0), -1
+    last_loss, perm, perm_epoch = run.resumed_loss, torch.empty(0), -1
     t_last, n_last = time.perf_counter(), 0
     run.model.train()
     for step in range(start_step, run.run_steps):
@@ -406,7 +413,8 @@ def finish(run: Run, last_loss: float) -> RunResult:
     if run.cfg.probe.enabled:
         probes = run_probes(run.cfg, run.model, run.data, run.device, load_dataset)
         atomic_write_text(run.out / "probes.json", json.dumps(probes, indent=2) + "\n")
-    summary = {"steps": run.run_steps, "total_steps": run.total_steps, "final_loss": last_loss,
+    summary = {"steps": run.run_steps, "total_steps": run.total_steps,
+               "final_loss": last_loss if math.isfinite(last_loss) else None,  # strict JSON: no NaN
                "complete": run.run_steps == run.total_steps, "probes": probes}
     atomic_write_text(run.out / "summary.json", json.dumps(summary, indent=2) + "\n")
     result.probes, result.summary = probes, summary
@@ -426,14 +434,6 @@ def _run_identity(cfg: dict) -> dict:
         d.pop(key, None)
     d.get("optim", {}).pop("max_steps", None)
     return d
-
-
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past ``step`` (written after the checkpoint a resumed run restarts from)."""
-    if not path.exists():
-        return
-    keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
-    atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 def _progress(cfg: TrainConfig, is_main: bool, start: int, total: int):

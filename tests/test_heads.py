@@ -54,7 +54,7 @@ def test_bad_arguments_fail_at_construction_with_valid_values() -> None:
         GeometricHead(4, 3, activation="swishy")
     with pytest.raises(ValueError, match=r"unknown norm 'group'"):
         GeometricHead(4, 3, norm="group")
-    with pytest.raises(ValueError, match=r"depth must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match=r"depth must be an integer from 1 to 64, got 0"):
         GeometricHead(4, 3, depth=0)
     with pytest.raises(ValueError, match=r"last_norm"):
         GeometricHead(4, 3, last_norm="instance")

@@ -38,7 +38,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
 
     from geohead.checkpoint import CheckpointError
     from geohead.diagnose import DiagnoseSettings, default_json_path, diagnose as run, format_table
-    from geohead.io import atomic_write_text
+    from geohead.io import atomic_write_text, folder_problem
 
     settings = DiagnoseSettings(
         data=data, data_test=data_test, data_root=data_root, n_test=n_test, n_train=n_train, n_orbit_images=orbit_images,
@@ -47,6 +47,9 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
         seed=seed, device=device,
     )
     out = Path(json_path) if json_path else default_json_path(source)
+    problem = "it is a folder" if out.is_dir() else folder_problem(out.parent)
+    if problem:
+        fail(f"--json {str(out)!r} cannot be written: {problem}; give another --json path")
     try:
         settings.validate()
         report = run(source, settings, progress=lambda msg: click.echo(f"diagnose: {msg} ...", err=True))

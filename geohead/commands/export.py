@@ -47,6 +47,11 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
             model_args[key] = value
     if (model_args or prefix) and not architecture:
         fail("--model-arg and --prefix describe a foreign weights file; pass --architecture NAME with them")
+    from geohead.io import folder_problem
+
+    problem = folder_problem(out_dir)
+    if problem:  # before a foreign weights file is read and rebuilt
+        fail(f"--out {out_dir!r} cannot be written: {problem}; choose another folder")
     try:
         if architecture:
             from geohead.export.foreign import load_timm_weights
@@ -56,6 +61,8 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
                               architecture=architecture, model_args=model_args or None)
     except (ExportError, CheckpointError) as exc:
         fail(str(exc))
+    for line in res.recovered:
+        click.echo(f"note: {line}", err=True)
     click.echo(f"exported the {res.branch} backbone ({res.num_tensors} tensors, {res.num_params:,} values, {res.dtype}) to {res.out_dir}")
     click.echo(f"  {res.weights.name}  {res.checksum}")
     if res.head_weights is not None:

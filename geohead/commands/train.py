@@ -33,6 +33,11 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
         cfg = load_recipe(recipe, extra)
     except ConfigError as exc:
         fail(str(exc))
+    from geohead.io import folder_problem
+
+    problem = folder_problem(cfg.out_dir)
+    if problem:
+        fail(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; give another --out folder")
     from geohead.checkpoint import CheckpointError
     from geohead.train import TrainingDiverged, train as run_training
 

@@ -171,6 +171,23 @@ def _load_cifar(name: str, root: str | os.PathLike | None, train: bool, download
     )
 
 
+#: The most classes an .npz may have (labels are indices 0..C-1; a huge label is a malformed file).
+MAX_CLASSES = 100_000
+
+
+def _num_classes(path: Path, labels: np.ndarray) -> int:
+    """1 + the largest label; labels must be class indices 0..C-1 with C <= :data:`MAX_CLASSES`."""
+    if labels.size and labels.min() < 0:
+        raise ValueError(f"{str(path)!r}: 'labels' must be >= 0, found {int(labels.min())}")
+    num = int(labels.max()) + 1 if labels.size else 0
+    if num > MAX_CLASSES:
+        raise ValueError(
+            f"{str(path)!r}: 'labels' holds the value {num - 1}, but labels are class indices 0..C-1 with C at most "
+            f"{MAX_CLASSES:,}; renumber them with np.unique(labels, return_inverse=True)[1]"
+        )
+    return num
+
+
 def _load_npz(path: Path) -> ImageData:
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{str(path)!r} is not a readable .npz file (not a zip archive); expected {NPZ_LAYOUT}")
@@ -210,9 +227,7 @@ def _load_npz(path: Path) -> ImageData:
         raise ValueError(
             f"{str(path)!r}: 'labels' must be integers, got {labels.dtype}; save labels.astype(np.int64)"
         )
-    if labels.size and labels.min() < 0:
-        raise ValueError(f"{str(path)!r}: 'labels' must be >= 0, found {int(labels.min())}")
-    num = int(labels.max()) + 1 if labels.size else 0
+    num = _num_classes(path, labels)
     if "classes" in arrays:
         classes = [str(c) for c in arrays["classes"].reshape(-1).tolist()]
         if len(classes) < num:

@@ -220,9 +220,18 @@ def foreign_backbone(
 
 # ---------------------------------------------------------------------- weights files
 def _state_dict_of(path: Path) -> dict[str, Tensor]:
-    from geohead.io import read_safetensors
+    from geohead.io import SafetensorsReadError, read_safetensors
 
-    if path.suffix == ".safetensors":
+    try:  # any suffix: a geohead checkpoint (.ckpt) is a safetensors file too
+        meta = read_safetensors(path, "weights file", tensors=False)[1]
+    except SafetensorsReadError:
+        if path.suffix == ".safetensors":
+            raise
+        meta = None
+    if meta is not None and str(meta.get("format", "")).startswith("geohead.checkpoint"):
+        raise ExportError(f"{str(path)!r} is a geohead checkpoint, which records its own architecture; drop "
+                          f"--architecture/--model-arg/--prefix: geohead export {path} --out DIR")
+    if meta is not None:
         return read_safetensors(path, "weights file")[0]
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -251,6 +260,12 @@ def load_timm_weights(
         raise ExportError(f"weights file {str(path)!r} does not exist")
     if not timm.is_model(architecture):
         raise ExportError(f"{architecture!r} is not a timm architecture (timm.is_model is False)")
+    from geohead.backbones import check_model_args
+
+    try:
+        check_model_args(dict(model_args or {}))
+    except ValueError as exc:
+        raise ExportError(f"--model-arg: {exc}") from None
     state = _state_dict_of(path)
     try:
         model = timm.create_model(architecture, pretrained=False, num_classes=0, **dict(model_args or {}))

@@ -2,13 +2,14 @@
 the tensor checksum, the metadata encoding, and the check that tensors fit a backbone config."""
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 from torch import Tensor, nn
+
+from geohead.io import tensor_checksum
 
 EXPORT_FORMAT = "geohead.backbone/1"
 HEAD_FORMAT = "geohead.head/1"
@@ -24,22 +25,6 @@ DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16,
 
 class ExportError(ValueError):
     """An export that cannot be written or read: wrong source, bad folder, corrupted file."""
-
-
-def tensor_checksum(tensors: Mapping[str, Tensor]) -> str:
-    """``"sha256:<hex>"`` over the tensors in sorted name order.
-
-    For each tensor: its name (UTF-8), its dtype (e.g. ``torch.bfloat16``), its shape, each
-    followed by a NUL byte, then its raw bytes in C order (little-endian, as safetensors stores
-    them). Equal checksums mean equal names, dtypes, shapes and bits.
-    """
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        t = tensors[name].detach().cpu().contiguous()
-        h.update(name.encode() + b"\0" + str(t.dtype).encode() + b"\0" + str(tuple(t.shape)).encode() + b"\0")
-        if t.numel():
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-    return "sha256:" + h.hexdigest()
 
 
 # ---------------------------------------------------------------------- metadata
@@ -83,7 +68,8 @@ def shape_mismatch(expected: Mapping[str, Tensor], got: Mapping[str, Tensor]) ->
 
 
 def _describe(config: Mapping[str, Any]) -> str:
-    args = ", ".join(f"{k}={v}" for k, v in sorted(config.get("model_args", {}).items()))
+    given = config.get("model_args", {})
+    args = ", ".join(f"{k}={str(v)[:40]}" for k, v in sorted(given.items())) if isinstance(given, dict) else str(given)[:80]
     stem = ", CIFAR stem" if config.get("cifar_stem") else ""
     return f"{config.get('name', config.get('architecture'))!r} ({config.get('architecture')}({args}){stem})"
 

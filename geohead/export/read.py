@@ -73,7 +73,7 @@ def load_backbone(path: str | os.PathLike, *, verify: bool = True, device: str |
     config = read_config(path)
     g = config["geohead"]
     d = Path(path)
-    tensors, raw = _read_safetensors(d / WEIGHTS_NAME, "weights file")
+    tensors, raw = _read_safetensors(_inside(d, WEIGHTS_NAME), "weights file")
     meta = decode_metadata(raw, d / WEIGHTS_NAME)
     if meta.get("format") != EXPORT_FORMAT:
         raise ExportError(f"{str(d / WEIGHTS_NAME)!r} is a safetensors file but not a geohead backbone export")
@@ -91,24 +91,46 @@ def load_backbone(path: str | os.PathLike, *, verify: bool = True, device: str |
 
 
 def load_head(path: str | os.PathLike, *, verify: bool = True) -> GeometricHead:
-    """The head exported with ``with_head=True``: a :class:`~geohead.heads.GeometricHead` in eval mode."""
+    """The head exported with ``with_head=True``: a :class:`~geohead.heads.GeometricHead` in eval mode.
+
+    ``head.json`` names its activation from the registry only (never imports a class), and its
+    checksum (``verify``) covers the spec as well as the tensors, so an edited spec is refused.
+    """
     config = read_config(path)
     g = config["geohead"]
     d = Path(path)
     if not g.get("files", {}).get("head"):
         raise ExportError(f"{str(d)!r} was exported without the head; export again with --with-head")
-    tensors, meta = _read_safetensors(d / HEAD_WEIGHTS_NAME, "head file")
-    if verify and (tensor_checksum(tensors) != g.get("head_checksum")):
-        raise ExportError(f"{str(d / HEAD_WEIGHTS_NAME)!r} fails its checksum: corrupted or replaced; export again")
+    tensors, meta = _read_safetensors(_inside(d, HEAD_WEIGHTS_NAME), "head file")
+    spec_path = _inside(d, HEAD_SPEC_NAME)
     try:
-        head = GeometricHead.from_spec(HeadSpec.from_json(d / HEAD_SPEC_NAME))
+        spec_dict = json.loads(HeadSpec.read_text(spec_path))
     except (ValueError, FileNotFoundError) as exc:
-        raise ExportError(f"{str(d / HEAD_SPEC_NAME)!r}: {exc}") from None
+        raise ExportError(f"{str(spec_path)!r}: {exc}") from None
+    if verify:
+        covers_spec = g.get("head_checksum_covers") == "tensors+spec"  # exports before the spec was covered: tensors
+        if tensor_checksum(tensors, spec_dict if covers_spec else None) != g.get("head_checksum"):
+            raise ExportError(f"{str(d / HEAD_WEIGHTS_NAME)!r} + {HEAD_SPEC_NAME} fail their checksum: the head or its "
+                              "spec was edited, corrupted or replaced; export again")
+    try:
+        head = GeometricHead.from_spec(HeadSpec.from_dict(spec_dict))
+    except ValueError as exc:
+        raise ExportError(f"{str(spec_path)!r}: {exc}") from None
     problem = shape_mismatch(head.state_dict(), tensors)
     if problem is not None:
         raise ExportError(f"{str(d / HEAD_WEIGHTS_NAME)!r} does not fit {HEAD_SPEC_NAME}: {problem}")
     head.load_state_dict(tensors, strict=True)
     return head.eval()
+
+
+def _inside(folder: Path, name: str) -> Path:
+    """``folder / name``, refused when it resolves outside ``folder`` (a link to elsewhere):
+    loading reads only the export's own files."""
+    path = folder / name
+    if path.exists() and not path.resolve().is_relative_to(folder.resolve()):
+        raise ExportError(f"{str(path)!r} links to {str(path.resolve())!r}, outside the export folder; "
+                          "an export's files must lie in its folder (copy the file there)")
+    return path
 
 
 __all__ = ["load_backbone", "load_head", "read_config", "read_metadata"]

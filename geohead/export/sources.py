@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from geohead._version import __version__
 from geohead.checkpoint import Checkpoint
 from geohead.export.format import ExportError
+from geohead.heads import HeadSpec
 
 
 @dataclasses.dataclass
@@ -49,6 +50,7 @@ def source_of_checkpoint(ck: Checkpoint, teacher: bool, with_head: bool) -> Sour
         head_spec = meta.get("head_spec")
         if not head or head_spec is None:
             raise ExportError(f"checkpoint {str(ck.path)!r} holds no {branch} head to export with --with-head")
+        head_spec = _checked_spec(head_spec, ck.path)
     provenance = {
         "geohead_version": meta.get("geohead_version"),
         "objective": meta.get("objective"),
@@ -102,3 +104,12 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool, **foreign
 
 
 __all__ = ["Source", "source_of_checkpoint", "source_of_module"]
+
+
+def _checked_spec(spec: Any, path: Any) -> dict[str, Any]:
+    """A checkpoint's head spec, validated as a file's spec is (registry activations only)
+    before an export copies it; its canonical dict."""
+    try:
+        return HeadSpec.from_dict(spec).to_dict()
+    except ValueError as exc:
+        raise ExportError(f"checkpoint {str(path)!r}: its head spec is not one geohead loads: {exc}") from None

@@ -19,7 +19,7 @@ from geohead.export.format import (
     check_architecture, encode_metadata, tensor_checksum,
 )
 from geohead.export.sources import source_of_checkpoint, source_of_module
-from geohead.io import atomic_write_text, default_mode, fsync_dir, save_safetensors
+from geohead.io import atomic_write_text, default_mode, folder_problem, fsync_dir, save_safetensors
 
 
 @dataclasses.dataclass
@@ -34,6 +34,7 @@ class ExportResult:
         checksum: ``"sha256:<hex>"`` of the backbone tensors (:func:`tensor_checksum`).
         num_tensors, num_params: tensors in the file and their total number of elements.
         dtype: storage dtype name ("fp32", "bf16", "fp16"); branch: "student" or "teacher".
+        recovered: what :func:`recover_interrupted` cleaned up of earlier, killed exports.
     """
 
     out_dir: Path
@@ -47,6 +48,7 @@ class ExportResult:
     num_params: int
     dtype: str
     branch: str
+    recovered: list[str] = dataclasses.field(default_factory=list)
 
 
 # ---------------------------------------------------------------------- config.json
@@ -110,7 +112,7 @@ def _place(tmp: Path, out: Path, overwrite: bool) -> None:
             raise ExportError(f"--out {str(out)!r} exists and is not a folder; choose another path")
         if any(out.iterdir()) and not overwrite:
             raise ExportError(f"--out {str(out)!r} already holds files; pass --overwrite (overwrite=True) or choose another folder")
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")  # recover_interrupted reads these names
         os.replace(out, old)
         try:
             os.replace(tmp, out)
@@ -170,6 +172,9 @@ def export_backbone(
     """
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
+    problem = folder_problem(out_dir)
+    if problem:
+        raise ExportError(f"--out {str(out_dir)!r} cannot be written: {problem}; choose another folder")
     if isinstance(source, nn.Module):
         src = source_of_module(source, with_head, teacher, architecture=architecture, model_args=model_args,
                                img_size=img_size)
@@ -182,12 +187,13 @@ def export_backbone(
     tensors = _cast(src.tensors, DTYPES[dtype])
     head_tensors = _cast(src.head, DTYPES[dtype]) if src.head is not None else None
     checksum = tensor_checksum(tensors)
-    head_checksum = tensor_checksum(head_tensors) if head_tensors is not None else None
+    head_checksum = tensor_checksum(head_tensors, src.head_spec) if head_tensors is not None else None
     timm_loadable = bool(src.config.get("timm_loadable", not src.config.get("cifar_stem", False)))
     config = timm_config(model, src.config, mean, std)
     config["geohead"] = _geohead_record(src, dtype, timm_loadable, checksum, head_checksum)
 
     out = Path(out_dir)
+    recovered = recover_interrupted(out)
     _write_folder(out, overwrite, src, config, tensors, head_tensors, dtype, checksum, head_checksum)
     has_head = head_tensors is not None
     return ExportResult(
@@ -202,6 +208,7 @@ def export_backbone(
         num_params=sum(t.numel() for t in tensors.values()),
         dtype=dtype,
         branch=src.provenance["branch"],
+        recovered=recovered,
     )
 
 
@@ -241,8 +248,59 @@ def _geohead_record(src: Any, dtype: str, timm_loadable: bool, checksum: str,
         "files": {"weights": WEIGHTS_NAME, "head": HEAD_WEIGHTS_NAME if has_head else None,
                   "head_spec": HEAD_SPEC_NAME if has_head else None},
         "head_checksum": head_checksum,
+        "head_checksum_covers": "tensors+spec" if has_head else None,
         "provenance": src.provenance,
     }
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (signal 0 checks without sending anything)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def recover_interrupted(out: str | os.PathLike) -> list[str]:
+    """Clean up after exports to ``out`` that were killed, before a new one starts.
+
+    A killed export leaves ``.NAME.tmp-PID-*`` (its unfinished folder) and, killed between the two
+    renames of ``overwrite``, ``.NAME.old-PID`` (the previous export) with ``NAME`` missing. Folders
+    of processes that still run are left alone. The previous export is put back where ``NAME`` is
+    missing (else removed: the replacement finished); temporary folders are removed (those of
+    exports before PIDs were in their names, after an hour). Returns what was done, one line each.
+    """
+    import re
+    import time
+
+    out = Path(out)
+    done: list[str] = []
+    if not out.parent.is_dir():
+        return done
+    name = re.escape(out.name)
+    pattern = re.compile(rf"^\.{name}\.(?:(old)-(\d+)$|(tmp)-(?:(\d+)-)?)")
+    for entry in sorted(out.parent.iterdir()):
+        m = pattern.match(entry.name)
+        if m is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        kind, digits = ("old", m.group(2)) if m.group(1) else ("tmp", m.group(4))
+        pid = int(digits) if digits else None
+        if pid is not None and pid != os.getpid() and _alive(pid):
+            continue
+        if pid is None and time.time() - entry.stat().st_mtime < 3600:
+            continue
+        if kind == "old" and not (out.exists() or out.is_symlink()):
+            os.replace(entry, out)
+            done.append(f"restored the previous export {out} from {entry.name} (an export was killed while replacing it)")
+        else:
+            shutil.rmtree(entry, ignore_errors=True)
+            done.append(f"removed {entry.name}, left by a killed export")
+    if done:
+        fsync_dir(out.parent)
+    return done
 
 
 def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], tensors: dict[str, Tensor],
@@ -251,7 +309,7 @@ def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], 
     leaves nothing half-written."""
     extra = {"format": EXPORT_FORMAT, "dtype": dtype, "backbone": src.config, "checksum": checksum}
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         save_safetensors(tmp / WEIGHTS_NAME, tensors, encode_metadata(src.provenance, extra))
         if head_tensors is not None:
@@ -268,4 +326,4 @@ def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], 
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-__all__ = ["ExportResult", "export_backbone", "timm_config"]
+__all__ = ["ExportResult", "export_backbone", "recover_interrupted", "timm_config"]

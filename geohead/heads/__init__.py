@@ -11,7 +11,7 @@ Modules (one concept each; this package's names are its public API)::
 from __future__ import annotations
 
 from geohead.heads.head import GeometricHead, num_parameters
-from geohead.heads.layers import ACTIVATIONS, LAST_NORMS, NORMS, PIECEWISE_LINEAR, L2Norm
+from geohead.heads.layers import ACTIVATIONS, LAST_NORMS, NORMS, PIECEWISE_LINEAR, L2Norm, register_activation
 from geohead.heads.presets import PRESETS, preset_spec
 from geohead.heads.spec import WHITEN_MODES, HeadSpec
 
@@ -27,4 +27,5 @@ __all__ = [
     "WHITEN_MODES",
     "num_parameters",
     "preset_spec",
+    "register_activation",
 ]

@@ -6,11 +6,18 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from geohead.errors import SpecError
 from geohead.heads.layers import LAST_NORMS, NORMS, PIECEWISE_LINEAR, activation_name
 from geohead.heads.whitening import WHITENING_MODES
 from geohead.io import atomic_write_text
 
 WHITEN_MODES: tuple[str | None, ...] = (None, *WHITENING_MODES)
+#: Bounds on a spec's sizes: a spec from a file cannot ask for more memory than a machine has.
+MAX_DIM = 1 << 20
+MAX_DEPTH = 64
+MAX_PARAMETERS = 1 << 31
+#: A head spec file is a few hundred bytes; a larger file is not one.
+MAX_SPEC_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +29,9 @@ class HeadSpec:
         out_dim: embedding dimension k (for DINO heads: the bottleneck before the prototypes).
         hidden_dim: width of the hidden layers (ignored when ``depth == 1``).
         depth: number of Linear layers; 1 is a linear head (no activation).
-        activation: a name in :data:`ACTIVATIONS` or ``"module:Class"`` of an ``nn.Module`` type.
+        activation: a name in :data:`ACTIVATIONS`, a name registered with :func:`~geohead.heads.register_activation`,
+            or an ``nn.Module`` type (stored as ``"module:QualName"``, registered in this process; a spec
+            read from a file is looked up, never imported).
         norm: ``"batch"``, ``"layer"`` or ``None`` after each hidden Linear.
         bias: ``"auto"`` (drop the bias of a Linear followed by BatchNorm), ``True`` or ``False``.
         last_norm: ``None``, ``"batch"``, ``"batch_noaffine"`` (SimSiam) or ``"layer"`` after the
@@ -51,23 +60,36 @@ class HeadSpec:
     def __post_init__(self) -> None:
         for field in ("in_dim", "out_dim", "hidden_dim", "depth"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"HeadSpec.{field} must be a positive integer, got {value!r}")
+            top = MAX_DEPTH if field == "depth" else MAX_DIM
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise SpecError(f"HeadSpec.{field} must be an integer from 1 to {top}, got {_short(value)}")
         object.__setattr__(self, "activation", activation_name(self.activation))
+        if not isinstance(self.freeze_prototype_norm, bool):
+            raise SpecError(f"HeadSpec.freeze_prototype_norm must be true or false, got {_short(self.freeze_prototype_norm)}")
         if self.norm not in NORMS:
-            raise ValueError(f"unknown norm {self.norm!r}; valid values are {list(NORMS)}")
+            raise SpecError(f"unknown norm {_short(self.norm)}; valid values are {list(NORMS)}")
         if self.last_norm not in LAST_NORMS:
-            raise ValueError(
-                f"unknown last_norm {self.last_norm!r}; valid values are {list(LAST_NORMS)}"
+            raise SpecError(
+                f"unknown last_norm {_short(self.last_norm)}; valid values are {list(LAST_NORMS)}"
             )
         if self.bias not in ("auto", True, False):
-            raise ValueError(f"bias must be 'auto', True or False, got {self.bias!r}")
+            raise SpecError(f"bias must be 'auto', True or False, got {_short(self.bias)}")
         if self.whiten not in WHITEN_MODES:
-            raise ValueError(f"unknown whiten {self.whiten!r}; valid values are {list(WHITEN_MODES)}")
+            raise SpecError(f"unknown whiten {_short(self.whiten)}; valid values are {list(WHITEN_MODES)}")
         if self.prototypes is not None and (
-            isinstance(self.prototypes, bool) or not isinstance(self.prototypes, int) or self.prototypes < 1
+            isinstance(self.prototypes, bool) or not isinstance(self.prototypes, int) or not 1 <= self.prototypes <= MAX_DIM
         ):
-            raise ValueError(f"prototypes must be None or a positive integer, got {self.prototypes!r}")
+            raise SpecError(f"HeadSpec.prototypes must be None or an integer from 1 to {MAX_DIM}, got {_short(self.prototypes)}")
+        n = self.num_weights
+        if n > MAX_PARAMETERS:
+            raise SpecError(f"HeadSpec asks for {n:,} weights (more than {MAX_PARAMETERS:,}); lower hidden_dim "
+                            f"({self.hidden_dim}), depth ({self.depth}) or prototypes ({self.prototypes})")
+
+    @property
+    def num_weights(self) -> int:
+        """The number of Linear weights the head has (biases and norms left out): a size bound."""
+        dims = [self.in_dim] + [self.hidden_dim] * (self.depth - 1) + [self.out_dim]
+        return sum(a * b for a, b in zip(dims, dims[1:])) + self.out_dim * (self.prototypes or 0)
 
     @property
     def output_dim(self) -> int:
@@ -99,16 +121,25 @@ class HeadSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HeadSpec:
-        """Inverse of :meth:`to_dict`; unknown keys are an error that lists the valid ones."""
+        """Inverse of :meth:`to_dict`; unknown keys, another format, a newer version are errors
+        (:class:`~geohead.errors.SpecError`, a ``ValueError``) that say what is valid."""
+        if not isinstance(d, dict):
+            raise SpecError(f"a head spec must be a JSON object, got {type(d).__name__}: {_short(d)}")
         d = dict(d)
         fmt = d.pop("format", "geohead.HeadSpec")
-        d.pop("version", None)
+        version = d.pop("version", cls.VERSION)
         if fmt != "geohead.HeadSpec":
-            raise ValueError(f"not a geohead head spec (format={fmt!r})")
+            raise SpecError(f"not a geohead head spec (format={_short(fmt)}); a spec has format 'geohead.HeadSpec'")
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= cls.VERSION:
+            raise SpecError(f"head spec version {_short(version)} is not one this geohead reads (1 to {cls.VERSION}); "
+                            "write it with this version of geohead or upgrade geohead")
         names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
+        unknown = sorted(str(k) for k in set(d) - names)
         if unknown:
-            raise ValueError(f"unknown HeadSpec keys {unknown}; valid keys are {sorted(names)}")
+            raise SpecError(f"unknown HeadSpec keys {unknown[:8]}; valid keys are {sorted(names)}")
+        missing = [k for k in ("in_dim", "out_dim") if k not in d]
+        if missing:
+            raise SpecError(f"head spec lacks {missing}; a spec names at least in_dim and out_dim")
         return cls(**d)
 
     def to_json(self, path: str | Path | None = None) -> str:
@@ -120,22 +151,37 @@ class HeadSpec:
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> HeadSpec:
-        """Parse JSON text, or read a ``.json`` file when given a path that exists."""
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            path = Path(text)
-            if not path.is_file():
-                raise FileNotFoundError(f"head spec file {path} does not exist")
-            text = path.read_text()
+        """Parse JSON text (a ``str`` holding a JSON object), or read a ``.json`` file (a
+        :class:`~pathlib.Path`, or a ``str`` that is not JSON). Raises
+        :class:`~geohead.errors.SpecError` for anything that is not a spec, FileNotFoundError
+        for a missing file."""
+        text = text_or_path if isinstance(text_or_path, str) else None
+        where = "head spec"
+        if text is None or not text.lstrip().startswith(("{", "[", '"')) and not _is_json_scalar(text):
+            text, where = cls.read_text(text_or_path), f"head spec file {str(text_or_path)!r}"
         try:
             d = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"head spec is not valid JSON: {exc}") from None
+            raise SpecError(f"{where} is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise SpecError(f"{where} is nested too deeply to be a head spec") from None
         if not isinstance(d, dict):
-            raise ValueError("head spec JSON must be an object")
+            raise SpecError(f"{where} must be a JSON object, got {type(d).__name__}: {_short(d)}")
         return cls.from_dict(d)
 
     load = from_json
+
+    @staticmethod
+    def read_text(path: str | Path) -> str:
+        """The UTF-8 text of a spec file, refused (:class:`~geohead.errors.SpecError`) when large
+        or binary; FileNotFoundError when missing."""
+        path = Path(path)
+        if path.is_dir():
+            raise SpecError(f"head spec {str(path)!r} is a folder; give the .json file in it (best_head.json, head.json)")
+        if not path.is_file():
+            raise FileNotFoundError(f"head spec file {str(path)!r} does not exist; give a .json file "
+                                    "written by geohead (best_head.json, head.json) or JSON text")
+        return _read_spec_file(path)
 
     @classmethod
     def coerce(cls, spec: HeadSpec | dict[str, Any] | str | Path) -> HeadSpec:
@@ -161,4 +207,32 @@ class HeadSpec:
         return dataclasses.replace(self, **changes)
 
 
-__all__ = ["HeadSpec", "WHITEN_MODES"]
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a value from a file can be huge)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _is_json_scalar(text: str) -> bool:
+    """True when ``text`` parses as a JSON number, true/false or null (not a file name)."""
+    try:
+        json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return False
+    return True
+
+
+def _read_spec_file(path: Path) -> str:
+    """The UTF-8 text of a spec file; a large or binary file is a :class:`SpecError`."""
+    size = path.stat().st_size
+    if size > MAX_SPEC_BYTES:
+        raise SpecError(f"head spec file {str(path)!r} is {size:,} bytes; a spec is a small JSON object, "
+                        "give the best_head.json or head.json that geohead wrote")
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"head spec file {str(path)!r} is not UTF-8 text (a binary file?); give the .json "
+                        "file that geohead wrote") from None
+
+
+__all__ = ["HeadSpec", "MAX_DIM", "WHITEN_MODES"]

@@ -21,9 +21,12 @@ import dataclasses
 import html
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from geohead.io import folder_problem
 from geohead.plotting import MatplotlibMissing, require_matplotlib
 from geohead.report.run_plots import (
     plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression, read_metrics,
@@ -174,10 +177,11 @@ def _diagnose_section(page: _Page, run: Path, out: Path) -> None:
                           "density and the guillotine plots")
         return
     try:
-        diag = json.loads(diag_path.read_text())
-    except json.JSONDecodeError:
-        page.notes.append("diagnose.json is not valid JSON; run geohead diagnose again")
-        return
+        diag = json.loads(diag_path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise ReportError(f"{str(diag_path)!r} is not valid JSON; run `geohead diagnose {run}` again or remove it") from None
+    if not isinstance(diag, dict):
+        raise ReportError(f"{str(diag_path)!r} is not a JSON object; run `geohead diagnose {run}` again or remove it")
     parts = [*page.figure(plot_orbit_compression(diag, out / "orbit_compression.png")),
              *page.figure(plot_density(diag, out / "hessian_density.png"))]
     if diag.get("probes"):
@@ -214,7 +218,9 @@ def _search_report(folder: Path) -> _Page:
     named = []
     for p in _pngs_named(meta):
         q = Path(p) if Path(p).is_absolute() else folder / p
-        if q.is_file():
+        if not q.resolve().is_relative_to(folder.resolve()):
+            page.notes.append(f"search.json names {p}, outside the search folder; not embedded")
+        elif q.is_file():
             named.append(q)
         else:
             page.notes.append(f"search.json names {p}, which does not exist")
@@ -262,13 +268,56 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
         raise ReportError(f"geohead report needs matplotlib, which cannot be imported here ({exc.reason}); install it "
                           "with `pip install matplotlib` (it is a geohead dependency)") from None
     out = Path(out_dir) if out_dir is not None else folder
-    out.mkdir(parents=True, exist_ok=True)
-    page = _run_report(folder, out) if kind == "run" else _search_report(folder)
+    problem = folder_problem(out)
+    if problem:
+        raise ReportError(f"cannot write the report to {str(out)!r}: {problem}; give another --out folder")
+    if kind == "search":
+        _check_trials(folder / "trials.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name or 'report'}.tmp-", dir=out.parent))
+    try:  # drawn in a temporary folder: a malformed input leaves nothing behind
+        page = _draw(folder, kind, tmp)
+        made = write_html(page.title, page.blocks, tmp / "report.html")
+        out.mkdir(parents=True, exist_ok=True)
+        moved = {p: out / p.name for p in [*page.pngs, made] if p.parent == tmp}
+        for src, dst in moved.items():
+            os.replace(src, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ReportResult(out / "report.html", [moved.get(p, p) for p in page.pngs], kind, page.notes)
+
+
+def _draw(folder: Path, kind: str, out: Path) -> _Page:
+    """The page of ``folder`` with its run PNGs drawn into ``out``; a malformed file (a JSON value
+    of the wrong shape) is a :class:`ReportError` naming it."""
+    try:
+        page = _run_report(folder, out) if kind == "run" else _search_report(folder)
+    except ReportError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = "diagnose.json or metrics.jsonl" if kind == "run" else "trials.csv or search.json"
+        raise ReportError(f"{str(folder)!r}: {what} is malformed ({type(exc).__name__}: {str(exc)[:120]}); "
+                          f"write it again (geohead {'diagnose' if kind == 'run' else 'search'}) or remove it") from None
     if page.notes:
         page.blocks.append(("Notes", "<ul>" + "".join(f'<li class="note">{html.escape(n)}</li>' for n in page.notes)
                             + "</ul>"))
-    path = write_html(page.title, page.blocks, out / "report.html")
-    return ReportResult(path, page.pngs, kind, page.notes)
+    return page
+
+
+def _check_trials(path: Path) -> None:
+    """A search folder's trials.csv must be the search's: UTF-8 CSV whose header names ``number``
+    (the trial); otherwise a :class:`ReportError` (before anything is written)."""
+    if not path.is_file():
+        return
+    try:
+        header = path.read_bytes().decode("utf-8").splitlines()[:1]
+    except UnicodeDecodeError:
+        raise ReportError(f"{str(path)!r} is not UTF-8 text; it is not the trials.csv geohead search writes. "
+                          "Rerun geohead search (it rewrites trials.csv) or remove the file") from None
+    columns = header[0].split(",") if header else []
+    if "number" not in columns:
+        raise ReportError(f"{str(path)!r} has no 'number' column (header {header[0][:80] if header else ''!r}); "
+                          "it is not the trials.csv geohead search writes. Rerun geohead search or remove the file")
 
 
 __all__ = ["ReportError", "ReportResult", "detect", "make_report", "write_html"]

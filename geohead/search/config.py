@@ -174,6 +174,11 @@ class SearchConfig:
         parse_constraints(self.fix, self.ranges)  # raises SpaceError (a ValueError) with the fix
         self._check_overrides()
         self._check_storage()
+        from geohead.io import folder_problem
+
+        problem = folder_problem(self.out_dir)
+        if problem:
+            raise SearchError(f"--out {str(self.out_dir)!r} cannot be written: {problem}; choose another --out folder")
         return self
 
     def _check_choices(self) -> None:
@@ -189,6 +194,11 @@ class SearchConfig:
             raise SearchError(f"unknown sampler {self.sampler!r}; choose one of {list(SAMPLERS)}")
         if self.device.split(":")[0] not in ("auto", "cpu", "cuda"):
             raise SearchError(f"unknown device {self.device!r}; use auto, cpu, cuda or cuda:K")
+        if self.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                raise SearchError(f"--device {self.device!r} but CUDA is not available here; use --device cpu or auto")
 
     def _check_sizes(self) -> None:
         if self.steps is not None and (isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1):

@@ -63,6 +63,7 @@ def check_storage(storage: str | None) -> None:
         return
     if is_journal(storage):
         path = Path(storage[len("journal:"):] if storage.startswith("journal:") else storage).expanduser()
+        _check_parent(storage, path)
         if not str(path) or not path.parent.is_dir():
             raise ValueError(f"--storage {storage!r}: folder {str(path.parent)!r} does not exist; create it first "
                              "or give a journal file in an existing folder")
@@ -95,10 +96,21 @@ def check_storage(storage: str | None) -> None:
         if not db or db == ":memory:":
             raise ValueError(f"--storage {storage!r} is an in-memory database that no rerun or worker can see; "
                              "give a file: sqlite:///path/study.db")
+        _check_parent(storage, Path(db).expanduser())
         folder = Path(db).expanduser().resolve().parent
         if not folder.is_dir():
             raise ValueError(f"--storage {storage!r}: folder {str(folder)!r} does not exist; create it first "
                              "or give a file in an existing folder")
+
+
+def _check_parent(storage: str, path: Path) -> None:
+    """A storage file whose path runs through a file, or that is a folder, is a ``ValueError``."""
+    if path.is_dir():
+        raise ValueError(f"--storage {storage!r}: {str(path)!r} is a folder; give a file path in it (e.g. {str(path / 'study.db')!r})")
+    for parent in path.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise ValueError(f"--storage {storage!r}: {str(parent)!r} is a file, so {str(path)!r} cannot be made; "
+                             "give a path in an existing folder")
 
 
 def dashboard_command(url: str) -> str:
@@ -151,12 +163,33 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
             if heartbeat:
                 kwargs = {"heartbeat_interval": int(heartbeat), "grace_period": 3 * int(heartbeat),
                           retry_kw: Retry(max_retry=MAX_RETRY)}
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+            return _rdb_storage(url, engine, kwargs)
     except ImportError:
         raise ValueError(f"storage {describe(url)!r}: the database driver is not installed; pip install it "
                          "(PostgreSQL: pip install psycopg2-binary)") from None
     except Exception as exc:  # sqlalchemy's ArgumentError/OperationalError: bad URL or unreachable server
         raise ValueError(f"cannot open storage {describe(url)!r}: {type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+
+
+def _rdb_storage(url: str, engine: dict[str, Any], kwargs: dict[str, Any]) -> Any:
+    """``optuna.storages.RDBStorage``; on SQLite, retried while another process creates the same
+    new database's tables (both see no tables, one fails with IntegrityError on alembic_version
+    or "table ... already exists"): the second attempt finds them made."""
+    import random
+    import time
+
+    import optuna
+
+    for attempt in range(10):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - sqlalchemy's IntegrityError / OperationalError
+            names = {c.__name__ for c in type(exc).__mro__}
+            racing = names & {"IntegrityError", "OperationalError"} and "already exists" in str(exc) or "IntegrityError" in names
+            if not (url.startswith("sqlite") and racing) or attempt == 9:
+                raise
+            time.sleep(0.2 + 0.3 * random.random() * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _driver(url: str) -> str:

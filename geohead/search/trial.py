@@ -62,6 +62,9 @@ class TrialRunner:
         self.inputs = inputs
         self.echo = echo
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        #: the search's --timeout as a time.time(): a trial still training then stops at its next
+        #: epoch end, recorded as pruned (run_worker sets it)
+        self.deadline: float | None = None
 
     def trial_dir(self, number: int) -> Path:
         """The run folder of trial ``number``."""
@@ -163,7 +166,8 @@ class TrialRunner:
         from geohead.train import TrainingDiverged, train
 
         tcfg = self._train_config(self.trial_dir(trial.number), spec)
-        callback = None if self.cfg.multi else self._rung_callback(trial)
+        rungs = None if self.cfg.multi else self._rung_callback(trial)
+        callback = self._deadline_callback(trial, rungs)
         t0 = time.perf_counter()
         try:
             result = train(tcfg, overwrite=True, callback=callback)
@@ -180,6 +184,25 @@ class TrialRunner:
         if self.cfg.multi:
             return tuple(comps[k] for k in SCORE_CRITERIA)
         return crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
+
+    def _deadline_callback(self, trial: Any, then: Callable[[Any], None] | None) -> Callable[[Any], None] | None:
+        """``then`` (the rung callback, or None), preceded at every epoch end by the search's hard
+        timeout: past :attr:`deadline` the trial stops there and is recorded as pruned."""
+        import optuna
+
+        if self.deadline is None:
+            return then
+        deadline = self.deadline
+
+        def on_epoch(info: Any) -> None:
+            if time.time() >= deadline:
+                trial.set_user_attr("steps_trained", info.step)
+                trial.set_user_attr("pruned_by", f"the search's --timeout passed: stopped at step {info.step}")
+                raise optuna.TrialPruned()
+            if then is not None:
+                then(info)
+
+        return on_epoch
 
     def _rung_callback(self, trial: Any) -> Callable[[Any], None]:
         """The per-epoch callback of a single-objective trial: at the first epoch end at or after

@@ -53,6 +53,7 @@ def run_worker(cfg: SearchConfig, worker: int, url: str, deadline: float | None,
     study = load_worker_study(cfg, storage, worker)
     heartbeat = has_heartbeat(storage)
     runner = _runner(cfg, echo, inputs)
+    runner.deadline = deadline  # a hard limit: the trial in flight stops at its next epoch end
     size = runner.inputs.space.size()
 
     def finished(study: Any, t: Any) -> None:
