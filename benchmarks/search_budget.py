@@ -11,7 +11,8 @@ search's optimiser, views and warm-up fraction; one cosine schedule over the lon
 
 Runs go one at a time, most important first (found/published at seed 0 per objective, then seed 1,
 then the rest). Each run checkpoints ten times and resumes from its last checkpoint when killed;
-a finished run is never trained again. After every run the results are written to
+a finished run is never trained again (its record in ``--results`` is enough, so the plan spans
+sittings whose run folders are gone). After every run the results are written to
 ``OUT/results.json`` and ``--results`` (``runs``: objective, label, seed, epochs, knn_backbone,
 linear_backbone, desc, ...), and the plot of accuracy against epochs (20 from the transfer
 results -> 100) to ``--plot``. ``--time-budget`` starts no run after that many seconds.
@@ -107,10 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
+    prior = {(r["objective"], r["label"], r["seed"]): r for r in _prior(args.results, args.epochs)}
     stopped = None
     for objective, label, seed in plan(args.objective, args.seeds):
         src = by_head.get((objective, label))
         if src is None:
+            continue
+        if (objective, label, seed) in prior:  # measured in an earlier sitting (its run folder may be gone)
+            runs.append(prior[(objective, label, seed)])
             continue
         done = out / objective / f"{label}_s{seed}" / "transfer.json"
         if not done.is_file() and args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
@@ -131,6 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     if stopped:
         print(f"stopped: {stopped}")
     return 0
+
+
+def _prior(path: str, epochs: int) -> list[dict[str, Any]]:
+    """The finished runs of ``epochs`` epochs in the results file ``path`` (none when absent)."""
+    if not Path(path).is_file():
+        return []
+    return [r for r in json.loads(Path(path).read_text()).get("runs", []) if r.get("epochs") == epochs]
 
 
 def write(args: argparse.Namespace, runs: list[dict[str, Any]], transfer: dict[str, Any], stopped: str | None,

@@ -329,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")
     ap.add_argument("--out", default="runs/search_transfer")
     ap.add_argument("--reuse", default=None, help="results.json whose objectives are taken as measured")
+    ap.add_argument("--results", default=None,
+                    help="a tracked copy of results.json, written after every run; its finished runs are not trained again")
     args = ap.parse_args(argv)
     scale = SCALES[args.scale]
     for key in ("objectives", "epochs", "seeds", "top_k", "published_widths"):
@@ -347,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     summaries: list[dict[str, Any]] = []
     stopped = None
     reused = json.loads(Path(args.reuse).read_text()) if args.reuse else {"runs": [], "summaries": []}
+    prior = prior_runs(args.results, args.epochs)
     for objective in args.objective:
         old = [r for r in reused["runs"] if r["objective"] == objective]
         if old:
@@ -367,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
             key = json.dumps([run["head"], run["seed"]], sort_keys=True)
             if key in trained:  # the same head and seed under another label (e.g. the best deep head is the best)
                 rec = trained[key]
+            elif (objective, key) in prior:  # measured in an earlier sitting (its run folder may be gone)
+                rec = trained[key] = prior[(objective, key)]
             else:
                 cfg = train_config(objective, data, run["seed"], args.epochs, scale["n_train"], scale["n_test"],
                                    run["head"], out / objective / "runs" / tag, args.backbone)
@@ -389,6 +394,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: What a finished run's record holds (train_one's output).
+RUN_FIELDS = ("steps", "wall_s", "final_loss", "knn_backbone", "linear_backbone", "knn_head", "linear_head")
+
+
+def prior_runs(path: str | None, epochs: int) -> dict[tuple[str, str], dict[str, Any]]:
+    """(objective, [head, seed] key) -> the record of a run ``path`` holds (same epochs), so a
+    plan spanning several sittings trains each run once even when its folder is gone."""
+    if path is None or not Path(path).is_file():
+        return {}
+    old = json.loads(Path(path).read_text())
+    if old.get("settings", {}).get("epochs") != epochs:
+        return {}
+    return {(r["objective"], json.dumps([r["head"], r["seed"]], sort_keys=True)): {k: r.get(k) for k in RUN_FIELDS}
+            for r in old.get("runs", []) if r.get("knn_backbone") is not None}
+
+
 def _write(out: Path, args: argparse.Namespace, runs: list[dict[str, Any]], summaries: list[dict[str, Any]],
            stopped: str | None, wall: float) -> None:
     from geohead.io import atomic_write_text
@@ -399,6 +420,8 @@ def _write(out: Path, args: argparse.Namespace, runs: list[dict[str, Any]], summ
                                                                                 for c in CRITERIA}}
                     for r in runs]}
     atomic_write_text(out / "results.json", json.dumps(rec, indent=2, default=str) + "\n")
+    if args.results:
+        atomic_write_text(Path(args.results), json.dumps(rec, indent=2, default=str) + "\n")
     atomic_write_text(out / "table.md", table(summaries, runs))
 
 

@@ -74,3 +74,33 @@ def test_functions_read_top_to_bottom() -> None:
     # the walk measures: a 61-line body is caught
     sample = ROOT / "geohead" / "geometry" / "lanczos.py"
     assert function_bodies(sample)["lanczos"] > MAX_BODY
+
+
+def _architecture_rows() -> list[tuple[str, str]]:
+    """(modules column, what-each-owns column) of the README's Architecture table."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    rows = [r.split("|")[1:-1] for r in section.splitlines() if r.startswith("| ") and not r.startswith("| layer")]
+    return [(cells[1], cells[2]) for cells in rows if len(cells) == 3]
+
+
+def test_readme_architecture_table_names_every_module() -> None:
+    """Every top-level module and package is in the table's modules column, and every module of
+    a package is named in what its row owns (issue 25: the table had left out 11 modules)."""
+    import re
+
+    rows = _architecture_rows()
+    assert rows, "no Architecture table in README.md"
+    named = {n.rstrip("/") for col, _ in rows for n in re.findall(r"`([\w/.]+)`", col)}
+    pkg = ROOT / "geohead"
+    top = {p.stem for p in pkg.glob("*.py") if not p.stem.startswith("_")} | \
+          {p.name for p in pkg.iterdir() if (p / "__init__.py").is_file()}
+    assert not top - named, f"top-level modules missing from the README's Architecture table: {sorted(top - named)}"
+    missing = {}
+    for sub in sorted(p for p in pkg.iterdir() if (p / "__init__.py").is_file()):
+        owns = " ".join(own for col, own in rows if f"`{sub.name}/`" in col or f"`{sub.name}`" in col)
+        mods = {p.stem for p in sub.glob("*.py") if not p.stem.startswith("_")}
+        words = set(re.findall(r"`(\w+)`", owns))
+        if len(mods) > 1 and mods - words:
+            missing[sub.name] = sorted(mods - words)
+    assert not missing, f"modules the README's Architecture table does not describe: {missing}"
