@@ -106,6 +106,23 @@ def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadS
     return model, objective, head_spec, pred_spec
 
 
+def training_data(cfg: TrainConfig) -> Any:
+    """The training set of ``cfg`` (``data.name`` … with ``cfg.seed``): what :func:`geohead.train.train`
+    trains on and what the search loads once for all its trials."""
+    from geohead.data import load_dataset
+
+    return load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=cfg.data.download,
+                        n=cfg.data.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
+
+
+def seeded_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadSpec | None]:
+    """:func:`build_models` after seeding torch's global generator with ``cfg.seed``: the initial
+    models of a run (the backbone is drawn first), as :func:`geohead.train.train` and the search
+    (which measures the initial backbone) both build them."""
+    torch.manual_seed(cfg.seed)
+    return build_models(cfg)
+
+
 def build_teacher(model: SSLModel) -> SSLModel:
     """The EMA teacher: a frozen copy of the student's backbone and head (no predictor)."""
     return make_teacher(SSLModel(model.backbone, model.head, None, concat=model.concat))

@@ -34,7 +34,7 @@ from geohead.checkpoint import load_checkpoint, load_optimizer, optimizer_tensor
 from geohead.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
 from geohead.io import atomic_write_text, folder_problem
-from geohead.model import SSLModel, build_models, build_teacher, resolve_device
+from geohead.model import SSLModel, build_teacher, resolve_device, seeded_models, training_data
 from geohead.objectives import Objective, ema_update_
 
 
@@ -117,11 +117,13 @@ class Run:
 
 # ---------------------------------------------------------------------- setup
 def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
-          callback: Callable[[EpochEnd], None] | None = None) -> RunResult:
+          callback: Callable[[EpochEnd], None] | None = None, data: Any = None) -> RunResult:
     """Train ``cfg`` end to end; resume from ``<out>/last.ckpt`` when it holds the same run.
 
     ``callback`` (optional) receives an :class:`EpochEnd` before the first update and after
-    every epoch, e.g. for per-epoch measurements that the tracker does not make.
+    every epoch, e.g. for per-epoch measurements that the tracker does not make. ``data``
+    (optional): ``cfg``'s training set, :func:`~geohead.model.training_data`, when the caller
+    holds it already (the search loads it once for all its trials).
 
     Raises :class:`TrainingDiverged` on a NaN/inf loss (the last good checkpoint stays), and
     ``ValueError`` when the run folder holds a different run (use ``overwrite=True`` or another
@@ -133,7 +135,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
         raise ConfigError(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; choose another out")
     dist_on = _init_distributed()
     try:
-        run = setup(cfg, distributed.rank(), distributed.world_size())
+        run = setup(cfg, distributed.rank(), distributed.world_size(), data)
         start = restore(run, resume, overwrite)
         last_loss = _loop(run, start, callback)
         return finish(run, last_loss)
@@ -153,10 +155,11 @@ def _init_distributed() -> bool:
     return True
 
 
-def setup(cfg: TrainConfig, rank: int, world: int) -> Run:
-    """Data on the device, the schedule, the models (seeded by ``cfg.seed``), the optimiser and
-    the wrappers (DDP, compile, bf16 autocast) of one process."""
-    from geohead.data import load_dataset, make_view_fn
+def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
+    """Data on the device (``data``, or :func:`~geohead.model.training_data`), the schedule, the
+    models (:func:`~geohead.model.seeded_models`), the optimiser and the wrappers (DDP, compile,
+    bf16 autocast) of one process."""
+    from geohead.data import make_view_fn
     from geohead.optim import build_optimizer, scaled_lr
 
     device = resolve_device(cfg.device)
@@ -164,16 +167,14 @@ def setup(cfg: TrainConfig, rank: int, world: int) -> Run:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if cfg.optim.batch_size % world:
         raise ValueError(f"optim.batch_size={cfg.optim.batch_size} is not divisible by the {world} processes")
-    data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=cfg.data.download,
-                        n=cfg.data.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
+    data = training_data(cfg) if data is None else data
     n = len(data)
     if n < cfg.optim.batch_size:
         raise ValueError(f"the training set has {n} images, fewer than optim.batch_size={cfg.optim.batch_size}")
     steps_per_epoch = n // cfg.optim.batch_size
     total_steps = max(1, math.ceil(cfg.optim.epochs * steps_per_epoch))
 
-    torch.manual_seed(cfg.seed)
-    model, objective, head_spec, pred_spec = build_models(cfg)
+    model, objective, head_spec, pred_spec = seeded_models(cfg)
     view_fn = make_view_fn(cfg.data.views or cfg.objective, img_size=cfg.data.img_size, mean=data.mean,
                            std=data.std, **cfg.data.view_args)
     images = data.images.to(device)

@@ -1,7 +1,8 @@
 """What every trial of one worker shares, prepared once by :func:`prepare_trial_inputs`.
 
-The training data and its probe splits, the training config every trial starts from, the initial
-backbone (exactly as :func:`geohead.train.train` builds it: the common seed, built first) with its
+The training data (loaded once; every trial trains on it) and its probe splits, the training
+config every trial starts from, the initial backbone (built by
+:func:`geohead.model.seeded_models`, as :func:`geohead.train.train` builds it) with its
 BatchNorm calibrated on two views of a batch and its features of those views, tangents of a few
 orbits, the collapsed state around the real feature mean, whether Thm 4.1's premise holds there
 (:mod:`geohead.search.escape`), and the search space scaled to the backbone's feature dimension d.
@@ -46,6 +47,7 @@ class TrialInputs:
         eval_inputs: what the trained criteria need.
         space: the search space, ``--fix``/``--range`` applied.
         premise: Thm 4.1's premise for the objective (whether the escape criterion is on).
+        data: the training set every trial trains on (:func:`geohead.model.training_data` of ``base``).
     """
 
     device: torch.device
@@ -55,6 +57,7 @@ class TrialInputs:
     eval_inputs: EvalInputs
     space: SearchSpace
     premise: EscapePremise
+    data: Any = None
 
     @property
     def in_dim(self) -> int:
@@ -84,7 +87,7 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
 
     device = resolve_device(cfg.device)
     data = _training_data(cfg)
-    base, base_cfg = base_train_config(cfg, len(data))
+    base, base_cfg = base_train_config(cfg, len(data))  # the schedule's epochs need the data's size
     probe_train, probe_test = _probe_splits(cfg, data, echo)
     has_labels = int(torch.unique(probe_train.labels).numel()) > 1
     if cfg.score == "knn" and not has_labels:
@@ -109,7 +112,7 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     space = SearchSpace.default(in_dim).constrain(fixed, ranged)
     premise = escape_premise(cfg.objective, init.objective, init.head_spec, init.z1, screen_inputs.collapsed,
                              screen_inputs.predictor_spec, cfg.seed, COLLAPSED_SPREAD)
-    return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space, premise)
+    return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space, premise, data)
 
 
 def _capped_prototypes(base: dict[str, Any], spec: HeadSpec) -> tuple[dict[str, Any], Any] | None:
@@ -132,12 +135,13 @@ def _capped_prototypes(base: dict[str, Any], spec: HeadSpec) -> tuple[dict[str, 
 
 
 def _training_data(cfg: SearchConfig) -> Any:
-    """The training images (``--data``), at least one batch of them."""
-    from geohead.data import load_dataset
+    """The training images (``--data``), at least one batch of them: the training set of the
+    trials' config (:func:`geohead.model.training_data`), loaded once for every trial."""
+    from geohead.model import training_data
 
+    _, stand_in = base_train_config(cfg, max(cfg.n_train or 0, 10 * cfg.batch_size))  # the data fields only
     try:
-        data = load_dataset(cfg.data, root=cfg.data_root, download=cfg.download, train=True, n=cfg.n_train,
-                            img_size=cfg.img_size, seed=cfg.seed)
+        data = training_data(stand_in)
     except (ValueError, FileNotFoundError) as exc:
         raise SearchError(f"--data {cfg.data!r}: {exc}") from None
     if len(data) < cfg.batch_size:
@@ -170,16 +174,15 @@ def _probe_splits(cfg: SearchConfig, data: Any, echo: Callable[[str], None]) -> 
 
 def _initial_backbone(cfg: SearchConfig, base_cfg: Any, data: Any, tangent_images: Tensor,
                       device: torch.device) -> _InitialBackbone:
-    """The backbone exactly as train() builds it (the common seed, built first), BatchNorm
+    """The backbone as train() builds it (:func:`geohead.model.seeded_models`), BatchNorm
     calibrated on two views of the first ``screen_batch`` images; its features of those views
     and the tangents of the orbits of ``tangent_images`` (float [0, 1])."""
     from geohead.data import make_view_fn
     from geohead.features import image_encoder
-    from geohead.model import build_models
+    from geohead.model import seeded_models
 
-    torch.manual_seed(cfg.seed)
     try:
-        model, objective, head_spec, _ = build_models(base_cfg)
+        model, objective, head_spec, _ = seeded_models(base_cfg)  # as train() builds it
     except ValueError as exc:  # an unknown backbone name, an image size it cannot take, bad model args
         what = f"--backbone {cfg.backbone!r}" if cfg.backbone else "the backbone"
         raise SearchError(f"{what}: {exc}") from None

@@ -170,7 +170,7 @@ class TrialRunner:
         callback = self._deadline_callback(trial, rungs)
         t0 = time.perf_counter()
         try:
-            result = train(tcfg, overwrite=True, callback=callback)
+            result = train(tcfg, overwrite=True, callback=callback, data=self.inputs.data)
         except TrainingDiverged as exc:
             raise _fail(trial, f"diverged: {exc}") from None
         finally:
