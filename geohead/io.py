@@ -122,7 +122,8 @@ def read_safetensors(
 
     Raises:
         SafetensorsReadError: ``"<what> '<path>' does not exist"``, or ``"<what> '<path>' is not
-            a readable safetensors file (truncated or corrupted?): <reason>"``.
+            a readable safetensors file (truncated or corrupted?): <reason>"``; a Lightning or torch
+            checkpoint is named as such (:func:`geohead.filekind.file_kind`), never called corrupted.
     """
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
@@ -135,6 +136,15 @@ def read_safetensors(
             meta = f.metadata() or {}
         loaded = load_file(str(path)) if tensors else {}
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        from geohead.filekind import describe_kind, file_kind
+
+        kind = file_kind(path)
+        if kind in ("lightning", "torch", "torch-legacy"):
+            raise SafetensorsReadError(
+                f"{what} {str(path)!r} is {describe_kind(kind)}, not a safetensors file written by geohead (the file "
+                f"itself is fine). `geohead diagnose {path}` reads it (add --architecture NAME when the backbone is "
+                f"not inferred); `geohead export {path} --architecture NAME` exports its backbone"
+            ) from None
         raise SafetensorsReadError(
             f"{what} {str(path)!r} is not a readable safetensors file (truncated or corrupted?): {exc}"
         ) from None
