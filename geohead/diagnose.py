@@ -297,7 +297,11 @@ def format_table(report: dict[str, Any]) -> str:
     """The report as plain-text tables (every number printed with :func:`fmt`)."""
     src, data, e, h = report["source"], report["data"], report["escape"], report["hessian"]
     hs = src["head_spec"]
-    lines = [
+    pre = report.get("pretrained") or {}
+    lines = [f"read: {pre.get('layout')} layout, backbone prefix {pre['backbone'].get('prefix')!r}, head prefix "
+             f"{pre.get('head_prefix')!r}; head check vs {pre['head_check']['reference']}: max |difference| "
+             f"{fmt(pre['head_check']['max_abs_diff'])} (exact: {fmt(pre['head_check']['exact'])})"] if pre.get("head_check") else []
+    lines += [
         f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
         f"{hs.get('activation')} depth {hs.get('depth')} {hs.get('in_dim')}->{hs.get('hidden_dim')}->{hs.get('out_dim')}"
         f" | step {src['step']}/{src['total_steps']}",
@@ -334,6 +338,10 @@ def format_table(report: dict[str, Any]) -> str:
         rows.append([name, o["compression"], o["compression_paper_l2"], o["compression_paper_var"], t.get("invariance"),
                      t.get("killed_fraction"), f"{fmt(t.get('rank_backbone'))}->{fmt(t.get('rank_head'))}"])
     lines += _rows(["family", "relative", "paper_l2", "paper_var", "tangent gain", "killed", "Fisher rank"], rows)
+    summary = report.get("orbit_summary") or {}
+    if summary.get("head"):
+        lines.append(f"  the head {summary['head']} augmentation orbits (geometric mean of 'relative' over "
+                     f"{summary['families']} families: {fmt(summary['geometric_mean'])})")
     lines += ["", "Collapse monitors (test features)"]
     lines += _rows(
         ["space", "RankMe", "alpha-ReQ", "std", "healthy std", "condition", "rank/dim"],

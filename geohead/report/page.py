@@ -50,15 +50,30 @@ def detect(folder: str | os.PathLike) -> str:
     d = Path(folder)
     if not d.exists():
         raise ReportError(f"{str(d)!r} does not exist; give a run folder (geohead train) or a search folder (geohead search)")
+    if d.is_file() and d.suffix == ".json" and _is_diagnose(d):
+        return "run"
     if not d.is_dir():
         raise ReportError(f"{str(d)!r} is not a folder; give a run folder (geohead train) or a search folder (geohead search)")
     if (d / "search.json").is_file() or (d / "trials.csv").is_file():
         return "search"
-    if (d / "metrics.jsonl").is_file() or (d / "last.ckpt").is_file():
+    if (d / "metrics.jsonl").is_file() or (d / "last.ckpt").is_file() or (d / "diagnose.json").is_file():
+        return "run"
+    from geohead.report.run_plots import monitor_files
+
+    if monitor_files(d):
         return "run"
     raise ReportError(
-        f"{str(d)!r} holds neither a run (metrics.jsonl, last.ckpt) nor a search (search.json, trials.csv)"
+        f"{str(d)!r} holds neither a run (metrics.jsonl, last.ckpt, diagnose.json, GeometryMonitor *.jsonl) nor a search "
+        "(search.json, trials.csv); for a checkpoint trained elsewhere give the JSON of `geohead diagnose CKPT`"
     )
+
+
+def _is_diagnose(path: Path) -> bool:
+    """Whether ``path`` is a ``geohead diagnose`` JSON report (``format: geohead.diagnose/1``)."""
+    try:
+        return json.loads(path.read_text()).get("format") == "geohead.diagnose/1"
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
 
 
 # ---------------------------------------------------------------------- HTML
@@ -112,13 +127,13 @@ class _Page:
 
 
 # ---------------------------------------------------------------------- run folder
-def _run_report(run: Path, out: Path) -> _Page:
+def _run_report(run: Path, out: Path, diag: Path) -> _Page:
     page = _Page()
     title = _run_title(run, page)
     page.title = f"geohead run report: {title}"
     _training_section(page, run, out, title)
     _summary_section(page, run)
-    _diagnose_section(page, run, out)
+    _diagnose_section(page, run, out, diag)
     return page
 
 
@@ -166,9 +181,8 @@ def _summary_section(page: _Page, run: Path) -> None:
         page.notes.append("summary.json could not be read; skipped")
 
 
-def _diagnose_section(page: _Page, run: Path, out: Path) -> None:
-    """The geometry figures and table of diagnose.json, or a note saying how to make it."""
-    diag_path = run / "diagnose.json"
+def _diagnose_section(page: _Page, run: Path, out: Path, diag_path: Path) -> None:
+    """The geometry figures and table of ``diag_path`` (diagnose.json), or a note saying how to make it."""
     if not diag_path.is_file():
         page.notes.append(f"no diagnose.json: run `geohead diagnose {run}` for orbit compression, the Hessian spectral "
                           "density and the guillotine plots")
@@ -247,7 +261,9 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     """Write the PNGs and ``report.html`` of a run or search folder (see the module docstring).
 
     Args:
-        folder: a run folder (``geohead train``) or a search folder (``geohead search``).
+        folder: a run folder (``geohead train``; or a folder holding only a diagnose.json or
+            GeometryMonitor ``*.jsonl`` files), a search folder (``geohead search``), or the
+            JSON report of ``geohead diagnose`` of a checkpoint trained elsewhere.
         out_dir: where the PNGs and report.html go (default: ``folder`` itself; search plots are
             always written by the search module into the search folder).
 
@@ -256,6 +272,9 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     """
     folder = Path(folder)
     kind = detect(folder)
+    diag = folder / "diagnose.json"
+    if folder.is_file():  # the JSON report of `geohead diagnose CKPT` for a checkpoint trained elsewhere
+        folder, diag = folder.parent, folder
     try:
         require_matplotlib()  # fail early and clearly without matplotlib
     except MatplotlibMissing as exc:
@@ -263,7 +282,7 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
                           "with `pip install matplotlib` (it is a geohead dependency)") from None
     out = Path(out_dir) if out_dir is not None else folder
     out.mkdir(parents=True, exist_ok=True)
-    page = _run_report(folder, out) if kind == "run" else _search_report(folder)
+    page = _run_report(folder, out, diag) if kind == "run" else _search_report(folder)
     if page.notes:
         page.blocks.append(("Notes", "<ul>" + "".join(f'<li class="note">{html.escape(n)}</li>' for n in page.notes)
                             + "</ul>"))
