@@ -1,0 +1,184 @@
+"""Checkpoints trained anywhere (issue 23): safe reading, the layouts of Lightning, lightly,
+solo-learn and the official DINO / VICReg / Barlow Twins code, the rebuilt GeometricHead checked
+against the original module, truthful errors, and the diagnosis of any backbone + head."""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from geohead import GeometricHead
+from geohead.heads.convert import HeadConversionError, layout_from_modules
+from geohead.pretrained import PretrainedError, UnsafeCheckpointError, load_pretrained
+from geohead.pretrained.synthetic import WRITERS
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _bn_stats_(module: nn.Module) -> nn.Module:
+    g = torch.Generator().manual_seed(0)
+    for m in module.modules():
+        if isinstance(m, nn.BatchNorm1d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=g))
+            m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+            if m.affine:
+                m.weight.data.uniform_(0.5, 2.0, generator=g)
+    return module.eval()
+
+
+def _lightly_heads() -> list[nn.Module]:
+    H = pytest.importorskip("lightly.models.modules.heads")
+    torch.manual_seed(0)
+    heads = [H.BarlowTwinsProjectionHead(8, 16, 6), H.SimCLRProjectionHead(8, 16, 6), H.VICRegProjectionHead(8, 16, 6),
+             H.SimSiamProjectionHead(8, 16, 6), H.BYOLProjectionHead(8, 16, 6), H.MoCoProjectionHead(8, 16, 6),
+             H.MSNProjectionHead(8, 16, 6), H.MMCRProjectionHead(8, 16, 6), H.VicRegLLocalProjectionHead(8, 16, 6)]
+    with warnings.catch_warnings():  # lightly's DINO head calls the deprecated nn.utils.weight_norm
+        warnings.simplefilter("ignore", FutureWarning)
+        heads.append(H.DINOProjectionHead(8, 16, 6, 10))
+        dino_free = H.DINOProjectionHead(8, 16, 6, 10, batch_norm=True, norm_last_layer=False)
+    dino_free.last_layer.weight_g.data.uniform_(0.5, 2.0)
+    return [_bn_stats_(h) for h in heads + [dino_free]]
+
+
+def test_from_lightly_gives_bit_identical_outputs():
+    """Every lightly head a GeometricHead can express: the same outputs, bit for bit, in eval mode."""
+    x = torch.randn(7, 8, generator=torch.Generator().manual_seed(1))
+    for lightly_head in _lightly_heads():
+        head = GeometricHead.from_lightly(lightly_head)
+        with torch.no_grad():
+            assert torch.equal(head(x), lightly_head(x)), type(lightly_head).__name__
+        assert head.spec.in_dim == 8 and head.out_dim == lightly_head(x).shape[1]
+
+
+def test_from_lightly_records_the_structure():
+    H = pytest.importorskip("lightly.models.modules.heads")
+    barlow = GeometricHead.from_lightly(H.BarlowTwinsProjectionHead(8, 16, 6)).spec
+    assert (barlow.depth, barlow.hidden_dim, barlow.activation, barlow.norm, barlow.bias) == (3, 16, "relu", "batch", "auto")
+    simsiam = GeometricHead.from_lightly(H.SimSiamProjectionHead(8, 16, 6)).spec
+    assert simsiam.last_norm == "batch_noaffine"
+
+
+def test_unexpressible_heads_and_lightly_keywords_get_the_fix():
+    with pytest.raises(HeadConversionError, match="hidden widths differ"):
+        layout_from_modules([nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 3)]).spec()
+    with pytest.raises(TypeError, match=r"input_dim -> in_dim, output_dim -> out_dim.*from_lightly"):
+        GeometricHead(input_dim=8, hidden_dim=16, output_dim=6)
+
+
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_layouts_rebuild_the_head_exactly(tmp_path, name):
+    """Each layout, written exactly as its library writes it: the backbone loads strictly, the
+    head is rebuilt from its weights and gives the original module's outputs."""
+    writer, method = WRITERS[name]
+    path, reference = writer(tmp_path)
+    pt = load_pretrained(path)
+    assert pt.method == (None if name.startswith("lightly") else method)
+    assert pt.head_check["allclose"]
+    x = torch.randn(9, pt.head.in_dim, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        got, want = pt.head(x), reference(x)
+    if name == "dino":  # weight norm: g·v/|v| computed by torch's kernel vs the formula
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        assert pt.teacher_head is not None and pt.head.spec.prototypes == 32
+        assert pt.layout.meta["arch"] == "vit_small"  # DINO's argparse.Namespace, read through the allowlist
+    else:
+        assert torch.equal(got, want)
+        assert pt.head_check["exact"]
+    feats = pt.backbone(torch.randn(2, 3, pt.img_size, pt.img_size))
+    assert feats.shape == (2, pt.head.in_dim)
+
+
+def test_layout_names_and_what_is_left_out(tmp_path):
+    names = {n: load_pretrained(WRITERS[n][0](tmp_path)[0]).layout for n in ("barlowtwins", "solo-learn", "vicreg")}
+    assert names["barlowtwins"].name == "barlowtwins" and any("loss BatchNorm" in n for n in names["barlowtwins"].notes)
+    assert names["solo-learn"].name == "solo-learn" and any("classifier" in n for n in names["solo-learn"].notes)
+    assert names["vicreg"].backbone_prefix == "backbone."  # DDP's module. removed
+    assert load_pretrained(WRITERS["solo-learn"][0](tmp_path)[0]).backbone.geohead_config["cifar_stem"]
+
+
+def test_a_pickle_that_needs_code_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.mkdir, (str(marker),))
+
+    torch.save({"state_dict": {"w": torch.ones(1)}, "evil": Evil()}, tmp_path / "evil.ckpt")
+    with pytest.raises(UnsafeCheckpointError, match=r"needs arbitrary code to load: its pickle references posix.mkdir"):
+        load_pretrained(tmp_path / "evil.ckpt")
+    assert not marker.exists()
+
+
+def test_a_torch_or_lightning_file_is_named_as_such(tmp_path):
+    from geohead.checkpoint import CheckpointError, load_checkpoint
+
+    lightning, _ = WRITERS["lightly (Lightning .ckpt)"][0](tmp_path)
+    torch.save({"w": torch.ones(2)}, tmp_path / "sd.pt")
+    with pytest.raises(CheckpointError, match=r"is a Lightning checkpoint .*the file itself is fine.*geohead diagnose") as err:
+        load_checkpoint(lightning)
+    assert "corrupted" not in str(err.value)
+    with pytest.raises(CheckpointError, match=r"is a torch file \(torch.save zip format"):
+        load_checkpoint(tmp_path / "sd.pt")
+    with pytest.raises(PretrainedError, match="no backbone found"):
+        load_pretrained(tmp_path / "sd.pt")
+
+
+SMALL = dict(n_test=48, n_train=48, n_orbit_images=6, hessian_samples=6, collapse_batch=4, refine=0, mode="fast",
+             density_probes=1, density_steps=4, linear=False, families=("rotate", "hue", "crop"))
+
+
+def test_diagnose_model_takes_any_modules_grayscale_and_own_normalisation():
+    """A small custom CNN on grayscale 16 px inputs with its own normalisation."""
+    from geohead import diagnose_model
+    from geohead.diagnose import DiagnoseSettings, format_table
+
+    torch.manual_seed(0)
+    backbone = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+    head = GeometricHead(32, 8, hidden_dim=16, depth=2)
+    report = diagnose_model(backbone, head, "barlow", data="shapes", img_size=16, mean=[0.3], std=[0.2],
+                            settings=DiagnoseSettings(**SMALL))
+    assert report["data"]["in_chans"] == 1 and report["data"]["mean"] == pytest.approx([0.3])
+    assert report["collapse"]["backbone"]["dim"] == 32 and report["collapse"]["head"]["dim"] == 8
+    assert set(report["orbits"]) == {"rotate", "hue", "crop"}
+    assert report["orbit_summary"]["head"] in ("compresses", "expands")
+    json.dumps(report)  # strict JSON
+    assert "the head " in format_table(report)
+
+
+def test_cli_diagnose_and_report_a_dino_checkpoint(tmp_path):
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    path, _ = WRITERS["dino"][0](tmp_path)
+    out = tmp_path / "d.json"
+    args = ["diagnose", str(path), "--data", "shapes", "--json", str(out), "--n-test", "48", "--n-train", "48",
+            "--orbit-images", "6", "--hessian-samples", "6", "--collapse-batch", "4", "--mode", "fast", "--no-linear",
+            "--families", "rotate,crop"]
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    assert report["pretrained"]["layout"] == "dino" and report["source"]["objective"] == "dino"
+    assert report["pretrained"]["head_check"]["allclose"] and report["data"]["img_size"] == 16
+    assert "head check vs documented forward" in res.output
+    res = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "rep")])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "rep" / "report.html").is_file() and (tmp_path / "rep" / "orbit_compression.png").is_file()
+
+
+def test_cli_diagnose_errors_exit_2_without_traceback(tmp_path):
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    path, _ = WRITERS["lightly (state_dict)"][0](tmp_path)
+    res = CliRunner().invoke(main, ["diagnose", str(path), "--data", "shapes"])
+    assert res.exit_code == 2 and "pass --method" in res.output and "Traceback" not in res.output
+    res = CliRunner().invoke(main, ["diagnose", str(path), "--method", "nope"])
+    assert res.exit_code == 2 and "unknown method 'nope'" in res.output
+    assert not list(tmp_path.glob("*.diagnose.json"))
