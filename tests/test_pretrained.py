@@ -182,3 +182,56 @@ def test_cli_diagnose_errors_exit_2_without_traceback(tmp_path):
     res = CliRunner().invoke(main, ["diagnose", str(path), "--method", "nope"])
     assert res.exit_code == 2 and "unknown method 'nope'" in res.output
     assert not list(tmp_path.glob("*.diagnose.json"))
+
+
+def test_cli_export_records_what_was_used_and_the_head(tmp_path):
+    """A lightly model saved by Lightning: --with-head writes the GeometricHead (same outputs as
+    lightly's), config.json records the given mean/std/size/interpolation, the method and the head."""
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+    from geohead.export import load_backbone, load_head
+
+    path, lightly_head = WRITERS["lightly (Lightning .ckpt)"][0](tmp_path)
+    out = tmp_path / "e"
+    res = CliRunner().invoke(main, ["export", str(path), "--out", str(out), "--with-head", "--method", "barlow",
+                                    "--mean", "0.49,0.48,0.45", "--std", "0.25,0.24,0.26", "--img-size", "32",
+                                    "--interpolation", "bicubic"])
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.output
+    cfg = json.loads((out / "config.json").read_text())
+    pc = cfg["pretrained_cfg"]
+    assert pc["mean"] == [0.49, 0.48, 0.45] and pc["std"] == [0.25, 0.24, 0.26]
+    assert pc["input_size"] == [3, 32, 32] and pc["interpolation"] == "bicubic"
+    prov = cfg["geohead"]["provenance"]
+    assert prov["objective"] == "barlow" and prov["head_spec"]["depth"] == 3
+    assert prov["trained_elsewhere"]["head_check"]["exact"]
+    z = torch.randn(4, 128, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(load_head(out)(z), lightly_head(z))
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(load_backbone(out)(x), load_pretrained(path, method="barlow").backbone(x))
+
+
+def test_cli_export_warns_about_defaults_and_takes_geohead_names(tmp_path):
+    from click.testing import CliRunner
+
+    from geohead.backbones import create_backbone
+    from geohead.cli import main
+
+    path, _ = WRITERS["vicreg"][0](tmp_path)
+    res = CliRunner().invoke(main, ["export", str(path), "--out", str(tmp_path / "v")])
+    assert res.exit_code == 0, res.output
+    assert "warning: the export records the architecture's timm default mean/std" in res.stderr and "--img-size" in res.stderr
+    torch.manual_seed(0)
+    bb = create_backbone("resnet18_w16", img_size=32)
+    torch.save({f"encoder.{k}": v for k, v in bb.state_dict().items()}, tmp_path / "w.pt")
+    for extra in ([], ["--prefix", "encoder."]):
+        out = tmp_path / f"g{len(extra)}"
+        res = CliRunner().invoke(main, ["export", str(tmp_path / "w.pt"), "--out", str(out), "--architecture", "resnet18_w16",
+                                        "--mean", "0.5,0.5,0.5", "--std", "0.2,0.2,0.2", "--img-size", "32", *extra])
+        assert res.exit_code == 0, res.output
+        assert json.loads((out / "config.json").read_text())["geohead"]["backbone"]["name"] == "resnet18_w16"
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "w.pt"), "--out", str(tmp_path / "bad"), "--mean", "1,2"])
+    assert res.exit_code == 2 and "--mean '1,2' has 2 values" in res.output and not (tmp_path / "bad").exists()

@@ -95,7 +95,9 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
     else:
         args = {}
     args = {**args, **dict(model_args or {})}
-    size = img_size or args.get("img_size") or inferred_img or (32 if architecture.endswith(("_cifar", "_w16", "_w32")) else 224)
+    size = img_size or args.get("img_size") or inferred_img
+    size_source = "given" if img_size or args.get("img_size") else "weights" if inferred_img else "default"
+    size = size or (32 if architecture.endswith(("_cifar", "_w16", "_w32")) else 224)
     args.pop("img_size", None)
     try:
         model = create_backbone(architecture, img_size=int(size), channels_last=False, **args)
@@ -114,6 +116,7 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
         )
     model.load_state_dict(tensors, strict=True)
     model.geohead_config["classifier_dropped"] = extra
+    model.geohead_config["img_size_source"] = size_source  # "default": the checkpoint does not say
     return model.eval()
 
 

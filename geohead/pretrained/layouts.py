@@ -133,8 +133,9 @@ def unwrap(obj: Any, kind: str) -> tuple[dict[str, Tensor], dict[str, Tensor] | 
     return strip_wrappers(state), None, "torch", {}
 
 
-def split(obj: Any, kind: str) -> Layout:
-    """The :class:`Layout` of a loaded checkpoint (see the module docstring)."""
+def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
+    """The :class:`Layout` of a loaded checkpoint (see the module docstring); with
+    ``require_head=False`` a head geohead cannot read is left out (a note says so) instead of an error."""
     state, teacher, container, meta = unwrap(obj, kind)
     prefix = _backbone_prefix(state)
     if prefix is None:
@@ -142,21 +143,24 @@ def split(obj: Any, kind: str) -> Layout:
             f"no backbone found: no key ends with {' or '.join(BACKBONE_ANCHORS)} (keys: {sorted(state)[:6]}...). geohead "
             "infers timm/torchvision ResNets and ViTs; for another backbone use geohead.diagnose_model(backbone, head, ...)"
         )
-    head_prefix = None
+    head_prefix, notes = None, []
     for p in HEAD_PREFIXES:
         if any(k.startswith(p) for k in state):
             try:
                 found = _split_head(state, p)
-            except PretrainedError:
+            except PretrainedError as exc:
                 if prefix == "" and p == "head.":  # a timm classifier ('head.weight') of a backbone file
                     continue
-                raise
+                if require_head:
+                    raise
+                notes.append(f"head left out: {exc}")
+                continue
             head_prefix = p
             break
     backbone = _under(state, prefix)
     if head_prefix is not None and prefix == "":
         backbone = {k: v for k, v in backbone.items() if not k.startswith(head_prefix)}
-    layout = Layout(container, backbone, prefix, meta=meta)
+    layout = Layout(container, backbone, prefix, meta=meta, notes=notes)
     if head_prefix is not None:
         layout.head, layout.head_style, layout.last_layer = found
         layout.head_prefix = head_prefix

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from geohead.heads import GeometricHead
-from geohead.heads.convert import MLPLayout, compare_outputs, layout_from_state, reference_forward
+from geohead.heads.convert import HeadConversionError, MLPLayout, compare_outputs, layout_from_state, reference_forward
 from geohead.pretrained.backbone import build_backbone
 from geohead.pretrained.layouts import METHOD_NAMES, RECIPE_ACTIVATION, Layout, split
 from geohead.pretrained.read import PretrainedError, load_file
@@ -120,7 +120,7 @@ def check_head(head: GeometricHead, layout: MLPLayout, activation: str, lightly_
 
 def load_pretrained(source: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
                     activation: str | None = None, model_args: Mapping[str, Any] | None = None,
-                    img_size: int | None = None) -> Pretrained:
+                    img_size: int | None = None, require_head: bool = True) -> Pretrained:
     """Read ``source`` safely (:func:`~geohead.pretrained.read.load_file`), split it
     (:func:`~geohead.pretrained.layouts.split`), build the backbone and the checked head.
 
@@ -129,13 +129,15 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
         method: the objective (``barlow``, ``vicreg``, ``dino``, ``simclr``, ``byol``, ``simsiam``;
             ``barlowtwins`` also accepted); default: what the layout says.
         activation: the head's hidden activation; default the method's recipe.
+        require_head: False: a head geohead cannot read is left out (``head`` None, a note
+            in ``layout.notes``) instead of an error (what ``geohead export`` needs).
 
     Raises:
         PretrainedError: unreadable or unsafe file, unknown layout, a head a GeometricHead cannot
             express, a rebuilt head whose outputs differ from the reference.
     """
     obj, kind = load_file(source)
-    layout = split(obj, kind)
+    layout = split(obj, kind, require_head)
     if method is not None:
         if method.lower() not in METHOD_NAMES:
             raise PretrainedError(f"unknown method {method!r}; choose one of {sorted(set(METHOD_NAMES.values()))}")
@@ -148,8 +150,15 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
     backbone = build_backbone(layout.backbone, architecture, model_args, img_size)
     head = teacher = check = None
     if layout.head is not None:
-        mlp = _mlp(layout.head, layout.head_style or "sequential", layout.last_layer, act)
-        head = mlp.head(act)
+        try:
+            mlp = _mlp(layout.head, layout.head_style or "sequential", layout.last_layer, act)
+            head = mlp.head(act)
+        except HeadConversionError as exc:
+            if require_head:
+                raise PretrainedError(f"the head under {layout.head_prefix!r} is not expressible as a GeometricHead: {exc}") from None
+            layout.notes.append(f"head left out: {exc}")
+            layout.head = None
+    if head is not None:
         check = check_head(head, mlp, act, layout.name == "lightly" or layout.head_prefix == "projection_head.")
         if not check["allclose"]:
             raise PretrainedError(f"the rebuilt GeometricHead's outputs differ from the {check['reference']} "
