@@ -70,6 +70,7 @@ def _fit(callback: GeometryCallback, steps: int) -> tuple[_Module, _Capture]:
                         log_every_n_steps=1)
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
     module.trainer_metrics = dict(trainer.callback_metrics)
+    module.trainer_progress_bar = dict(trainer.progress_bar_metrics)
     return module, logger
 
 
@@ -77,16 +78,19 @@ def test_callback_records_every_n_steps_logs_each_record_once_and_detaches():
     callback = GeometryCallback(every=2, objective="criterion", hessian_every=2)
     module, logger = _fit(callback, steps=5)
     history = callback.monitor.history
-    assert [r["step"] for r in history] == [0, 2, 4]
-    for rec in history:  # the values of the step's training forward
-        f, z = module.seen[rec["step"]]
+    assert [r["step"] for r in history] == [2, 4]  # counted from 1, as GeometryMonitor counts
+    for rec in history:  # the values of the step's training forward (step s is batch s - 1)
+        f, z = module.seen[rec["step"] - 1]
         assert rec["rankme_backbone"] == rankme(f) and rec["rankme_head"] == rankme(z)
     assert "hessian_lambda_min" in history[0] and "hessian_lambda_min" not in history[1]
-    assert math.isfinite(history[2]["m_over_h"])
+    assert math.isfinite(history[0]["m_over_h"])
     geometry_rows = [(s, m) for s, m in logger.rows if any(k.startswith("geometry/") for k in m)]
-    assert [s for s, _ in geometry_rows] == [0, 2, 4]
+    assert [s for s, _ in geometry_rows] == [2, 4]
     for (_, m), rec in zip(geometry_rows, history):
         assert m["geometry/rankme_head"] == rec["rankme_head"] and m["geometry/std_backbone"] == rec["std_backbone"]
+        # constants and timings stay in the history, not in the logged scalars
+        assert not any(k.endswith(("seconds", "batch")) or "healthy" in k for k in m)
+        assert "monitor_seconds" in rec and "std_healthy_head" in rec
     assert float(module.trainer_metrics["geometry/rankme_head"]) == pytest.approx(history[-1]["rankme_head"])
     assert not callback.monitor.attached
     assert not module.encoder._forward_hooks and not module.projector._forward_hooks
@@ -99,7 +103,7 @@ def test_a_second_fit_records_again():
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     data = torch.utils.data.TensorDataset(torch.randn(64, 3, 2, 2))
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
-    assert [r["step"] for r in callback.monitor.history] == [0] + [0, 2]  # a new Trainer counts from 0
+    assert [r["step"] for r in callback.monitor.history] == [2] + [2, 4]  # a new Trainer counts from 1 again
     assert not callback.monitor.attached
 
 
@@ -142,3 +146,22 @@ def test_lightning_example_tiny(tmp_path, capsys):
     assert [r["step"] for r in history] == [0, 2]
     out = capsys.readouterr().out
     assert "logged by Lightning" in out and len(list(tmp_path.rglob("metrics.csv"))) == 1
+
+
+def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_request():
+    """The same loop under GeometryMonitor(every=2) and GeometryCallback(every=2): the same steps,
+    the same values; prog_bar puts the values in the progress bar, log_all logs the constants too."""
+    from geohead.monitor import GeometryMonitor
+
+    callback = GeometryCallback(every=2, prog_bar=True, log_all=True)
+    module, logger = _fit(callback, steps=4)
+    torch.manual_seed(0)
+    plain = _Module()
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 2, 2))
+    with GeometryMonitor(plain.encoder, plain.projector, every=2) as monitor:
+        for (x,) in torch.utils.data.DataLoader(data, batch_size=16):
+            plain.projector(plain.encoder(x))
+    assert [r["step"] for r in monitor.history] == [r["step"] for r in callback.monitor.history] == [2, 4]
+    rows = [m for _, m in logger.rows if "geometry/rankme_head" in m]
+    assert "geometry/std_healthy_head" in rows[0] and "geometry/monitor_seconds" in rows[0]
+    assert "geometry/rankme_head" in module.trainer_progress_bar
