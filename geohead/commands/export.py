@@ -96,6 +96,11 @@ def _export_foreign(source: str, out_dir: str, kwargs: dict[str, Any], model_arg
     if kwargs["with_head"] and pt.head is None:
         raise ExportError(f"{source!r} holds no projection head geohead can rebuild ({'; '.join(pt.layout.notes) or 'none found'}); "
                           "drop --with-head")
+    if kwargs["mean"] is None or kwargs["std"] is None:  # what the checkpoint records (Lightning hyper-parameters)
+        from geohead.pretrained.load import recorded_normalisation
+
+        mean, std = recorded_normalisation(pt.layout)
+        kwargs = {**kwargs, "mean": kwargs["mean"] or mean, "std": kwargs["std"] or std}
     pair = nn.Module()
     pair.backbone, pair.head = pt.backbone, pt.head if pt.head is not None else nn.Identity()
     info = pt.describe()

@@ -221,6 +221,10 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
         raise PretrainedError(f"{str(path)!r} (layout {pt.layout.name}) does not say which SSL method trained it; pass "
                               "--method (barlow, vicreg, simclr, byol, simsiam, dino)")
     size = int(pt.backbone.geohead_config.get("model_args", {}).get("img_size") or img_size or 32)
+    if mean is None or std is None:  # what the checkpoint records (a Lightning module's hyper-parameters)
+        from geohead.pretrained.load import recorded_normalisation
+
+        mean, std = recorded_normalisation(pt.layout)
     record = {**pt.describe(), "load_seconds": round(time.perf_counter() - t0, 3)}
     return diagnose_model(pt.backbone, pt.head, pt.method, data=data, data_test=data_test, data_root=data_root, mean=mean,
                           std=std, img_size=size, teacher_head=pt.teacher_head, settings=settings, progress=progress,

@@ -118,6 +118,29 @@ def check_head(head: GeometricHead, layout: MLPLayout, activation: str, lightly_
             **compare_outputs(got, want)}
 
 
+def _activation(layout: Layout, given: str | None) -> tuple[str, str]:
+    """The head's hidden activation and where it came from: given; the checkpoint's recorded
+    ``head_spec`` (Lightning hyper-parameters); GeometricHead's default (SiLU) for geohead's key
+    names; the method's recipe; else ReLU."""
+    spec = layout.meta.get("head_spec")
+    if given:
+        return given, "given"
+    if isinstance(spec, dict) and isinstance(spec.get("activation"), str):
+        return spec["activation"], "the checkpoint's recorded head_spec"
+    if layout.head_style == "geohead":
+        return "silu", "GeometricHead's default (the weights do not record it)"
+    if layout.method:
+        return RECIPE_ACTIVATION.get(layout.method, "relu"), f"the {layout.method} recipe's (the weights do not record it)"
+    return "relu", "assumed (the weights do not record it and no method was given)"
+
+
+def recorded_normalisation(layout: Layout) -> tuple[list[float] | None, list[float] | None]:
+    """``mean``/``std`` the checkpoint records (Lightning hyper-parameters), else (None, None)."""
+    mean, std = layout.meta.get("mean"), layout.meta.get("std")
+    ok = all(isinstance(v, (list, tuple)) and len(v) in (1, 3) and all(isinstance(x, (int, float)) for x in v) for v in (mean, std))
+    return (list(mean), list(std)) if ok else (None, None)
+
+
 def load_pretrained(source: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
                     activation: str | None = None, model_args: Mapping[str, Any] | None = None,
                     img_size: int | None = None, require_head: bool = True) -> Pretrained:
@@ -142,11 +165,12 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
         if method.lower() not in METHOD_NAMES:
             raise PretrainedError(f"unknown method {method!r}; choose one of {sorted(set(METHOD_NAMES.values()))}")
         layout.method = METHOD_NAMES[method.lower()]
-    act = activation or RECIPE_ACTIVATION.get(layout.method or "", "relu")
+    act, why = _activation(layout, activation)
     if activation is None and layout.head is not None:
-        layout.notes.append(f"head activation {act!r}: weights do not record it; "
-                            + (f"the {layout.method} recipe's" if layout.method else "assumed (no method given)")
-                            + "; pass --activation to change it")
+        layout.notes.append(f"head activation {act!r}: {why}; pass --activation to change it")
+    recorded_size = layout.meta.get("img_size")
+    if img_size is None and isinstance(recorded_size, int) and not isinstance(recorded_size, bool):
+        img_size = recorded_size  # a Lightning module's hyper-parameters
     backbone = build_backbone(layout.backbone, architecture, model_args, img_size)
     head = teacher = check = None
     if layout.head is not None:

@@ -156,11 +156,14 @@ def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
     training = [*page.figure(plot_loss(losses, out / "loss.png", title)),
                 *page.figure(plot_monitors(monitors, out / "monitors.png")),
                 *page.figure(plot_hessian_tracking(monitors, out / "hessian.png"))]
-    if not losses:
+    own = (run / "metrics.jsonl").is_file()
+    if not losses and own:
         page.notes.append("metrics.jsonl has no loss lines: no training curves")
-    if not any("hessian_lambda_min" in m for m in monitors):
-        page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe for "
-                          "λ_min/λ_max over steps)")
+    if not own and not monitors:
+        page.notes.append("no metrics.jsonl or GeometryMonitor JSONL here: no curves over steps")
+    if (monitors or own) and not any("hessian_lambda_min" in m for m in monitors):
+        page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe, or "
+                          "GeometryMonitor(objective=..., hessian_every=K), for λ_min/λ_max over steps)")
     page.blocks.append(("Training", "\n".join(training) or "<p>no training metrics</p>"))
 
 
