@@ -76,6 +76,8 @@ class BarlowTwins(nn.Module):
 
 
 def dataset(args: argparse.Namespace, transform) -> tuple[Dataset, str]:
+    if args.data is not None and not args.data.is_file():
+        raise SystemExit(f"--data {args.data} does not exist")
     npz = args.data or (SHARED / "cifar10_train_10k.npz")
     if Path(npz).is_file():
         return ArrayImages(Path(npz), args.n, transform), str(npz)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -131,21 +132,39 @@ def _load(name: str):
 
 
 def test_lightly_example_tiny(tmp_path, capsys):
-    history = _load("lightly_barlow").main(["--n", "64", "--n-test", "40", "--steps", "4", "--batch", "16",
-                                            "--every", "2", "--hessian-every", "2", "--hidden", "32",
-                                            "--out-dim", "32", "--log", str(tmp_path / "m.jsonl")])
-    assert [r["step"] for r in history] == [2, 4]
-    assert math.isfinite(history[0]["hessian_lambda_min"]) and "hessian_lambda_min" not in history[1]
-    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 2
-    assert "backbone kNN accuracy" in capsys.readouterr().out
+    """lightly's pipeline end to end at a tiny size: trains, writes its state_dict, and geohead
+    exports, diagnoses (the head rebuilt exactly from lightly's) and reports it."""
+    history = _load("lightly_barlow").main(["--n", "32", "--steps", "2", "--batch", "8", "--width", "8", "--lr", "1e-4",
+                                            "--every", "1", "--quick", "--out", str(tmp_path)])
+    assert [r["step"] for r in history] == [1, 2]
+    assert len((tmp_path / "geometry.jsonl").read_text().splitlines()) == 2
+    report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert report["pretrained"]["layout"] == "lightly" and report["pretrained"]["head_check"]["exact"]
+    assert report["data"]["mean"] == pytest.approx([0.485, 0.456, 0.406])  # lightly's ImageNet normalisation, as given
+    cfg = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert cfg["pretrained_cfg"]["std"] == pytest.approx([0.229, 0.224, 0.225]) and (tmp_path / "export" / "head.json").is_file()
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "monitors.png").is_file()  # the monitor JSONL plotted
+    out = capsys.readouterr().out
+    assert "$ geohead diagnose" in out and "the head " in out
 
 
 def test_lightning_example_tiny(tmp_path, capsys):
-    history = _load("lightning_monitor").main(["--n", "64", "--steps", "4", "--batch", "16", "--every", "2",
-                                               "--out", str(tmp_path)])
-    assert [r["step"] for r in history] == [0, 2]
+    """Lightning end to end at a tiny size: the .ckpt Lightning writes is exported and diagnosed
+    with no flags (method, head spec, normalisation come from its hyper-parameters)."""
+    example = _load("lightning_monitor")
+    example.SHARED = tmp_path / "absent"  # no CIFAR arrays: torchvision's FakeData, diagnosed on shapes
+    history = example.main(["--n", "32", "--steps", "2", "--batch", "8", "--width", "8", "--lr", "1e-4",
+                                               "--every", "1", "--quick", "--out", str(tmp_path)])
+    assert [r["step"] for r in history] == [1, 2]
+    report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert report["source"]["objective"] == "barlow" and report["source"]["head_spec"]["activation"] == "silu"
+    assert report["pretrained"]["head_check"]["exact"]
+    cfg = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert cfg["pretrained_cfg"]["mean"] == pytest.approx([0.4914, 0.4822, 0.4465])
+    assert cfg["geohead"]["provenance"]["objective"] == "barlow"
     out = capsys.readouterr().out
-    assert "logged by Lightning" in out and len(list(tmp_path.rglob("metrics.csv"))) == 1
+    assert "trained on FakeData" in out and "--data shapes" in out
+    assert len(list(tmp_path.rglob("metrics.csv"))) == 1 and "$ geohead export" in out
 
 
 def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_request():
