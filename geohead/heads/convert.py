@@ -106,17 +106,6 @@ class MLPLayout:
             out["prototypes.parametrizations.weight.original1"] = self.prototype_v
         return out
 
-    def head(self, activation: str | None = None) -> Any:
-        """A GeometricHead (eval mode) with these weights; ``activation`` replaces the recorded one."""
-        from geohead.heads.head import GeometricHead
-
-        spec = self.spec()
-        if activation is not None and spec.depth > 1:
-            spec = spec.replace(activation=activation)
-        head = GeometricHead.from_spec(spec)
-        head.load_state_dict(self.state_dict(spec), strict=True)
-        return head.eval()
-
 
 # ---------------------------------------------------------------------- reading modules
 def _norm_of(m: nn.Module) -> tuple[str, dict[str, Tensor]] | None:

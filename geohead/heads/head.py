@@ -157,7 +157,18 @@ class GeometricHead(nn.Module):
         layers = getattr(head, "layers", None)
         if not isinstance(layers, nn.Sequential):
             raise HeadConversionError(f"{type(head).__name__} has no .layers nn.Sequential (lightly's ProjectionHead layout)")
-        return layout_from_modules(list(layers), getattr(head, "last_layer", None)).head()
+        return cls.from_layout(layout_from_modules(list(layers), getattr(head, "last_layer", None)))
+
+    @classmethod
+    def from_layout(cls, layout: Any, activation: str | None = None) -> GeometricHead:
+        """The GeometricHead (eval mode) of a :class:`~geohead.heads.convert.MLPLayout`, with its
+        weights; ``activation`` replaces the recorded hidden activation."""
+        spec = layout.spec()
+        if activation is not None and spec.depth > 1:
+            spec = spec.replace(activation=activation)
+        head = cls.from_spec(spec)
+        head.load_state_dict(layout.state_dict(spec), strict=True)
+        return head.eval()
 
     @classmethod
     def preset(cls, name: str, in_dim: int, smooth: bool = True, **overrides: Any) -> GeometricHead:

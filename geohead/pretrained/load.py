@@ -176,7 +176,7 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
     if layout.head is not None:
         try:
             mlp = _mlp(layout.head, layout.head_style or "sequential", layout.last_layer, act)
-            head = mlp.head(act)
+            head = GeometricHead.from_layout(mlp, act)
         except HeadConversionError as exc:
             if require_head:
                 raise PretrainedError(f"the head under {layout.head_prefix!r} is not expressible as a GeometricHead: {exc}") from None
@@ -188,7 +188,7 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
             raise PretrainedError(f"the rebuilt GeometricHead's outputs differ from the {check['reference']} "
                                   f"(max |difference| {check['max_abs_diff']}): this head is not expressible")
         if layout.teacher_head is not None:
-            teacher = _mlp(layout.teacher_head, "sequential", layout.teacher_last_layer, act).head(act)
+            teacher = GeometricHead.from_layout(_mlp(layout.teacher_head, "sequential", layout.teacher_last_layer, act), act)
     size = int(backbone.geohead_config["img_size"])
     return Pretrained(backbone, head, teacher, layout.method, layout, check, size, str(Path(source)))
 
