@@ -12,10 +12,16 @@ from pathlib import Path
 KINDS = ("missing", "folder", "safetensors", "lightning", "torch", "torch-legacy", "empty", "unknown")
 
 
+#: The start of torch.save's legacy (non-zip) format: pickle protocol 2, then torch's magic number
+#: 0x1950a86a20f9469cfc6c as a LONG1 (torch/serialization.py, MAGIC_NUMBER).
+_LEGACY_MAGIC = b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19"
+
+
 def file_kind(path: str | os.PathLike) -> str:
     """One of :data:`KINDS`: ``lightning`` (a torch zip whose pickle names
     ``pytorch-lightning_version``), ``torch`` (any other ``torch.save`` zip), ``torch-legacy``
-    (a bare pickle stream), ``safetensors`` (a plausible header), else ``unknown``/``empty``."""
+    (torch.save's pre-zip format, recognised by torch's magic number; any other pickle is
+    ``unknown``), ``safetensors`` (a plausible header), else ``unknown``/``empty``."""
     p = Path(path)
     if not p.exists():
         return "missing"
@@ -27,7 +33,7 @@ def file_kind(path: str | os.PathLike) -> str:
         return "empty"
     if head.startswith(b"PK\x03\x04"):
         return _zip_kind(p)
-    if head[:1] == b"\x80" and len(head) > 1 and head[1] in range(2, 6):
+    if head.startswith(_LEGACY_MAGIC):
         return "torch-legacy"
     if len(head) >= 9:
         (n,) = struct.unpack("<Q", head[:8])
@@ -60,4 +66,16 @@ def describe_kind(kind: str) -> str:
     }.get(kind, "a file of unknown format")
 
 
-__all__ = ["KINDS", "describe_kind", "file_kind"]
+def read_error(path: str | os.PathLike, what: str, reason: str) -> str:
+    """The message for a file that is not the safetensors file expected: a Lightning or torch
+    checkpoint is named as such, with what to run on it (the file itself is fine); anything
+    else keeps ``reason`` (truncated, corrupted, another format)."""
+    kind = file_kind(path)
+    if kind not in ("lightning", "torch", "torch-legacy"):
+        return reason
+    return (f"{what} {str(path)!r} is {describe_kind(kind)}, not a safetensors file written by geohead (the file itself "
+            f"is fine). `geohead diagnose {path}` reads it (add --architecture NAME when the backbone is not inferred); "
+            f"`geohead export {path} --out DIR` exports its backbone")
+
+
+__all__ = ["KINDS", "describe_kind", "file_kind", "read_error"]

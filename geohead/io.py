@@ -122,8 +122,7 @@ def read_safetensors(
 
     Raises:
         SafetensorsReadError: ``"<what> '<path>' does not exist"``, or ``"<what> '<path>' is not
-            a readable safetensors file (truncated or corrupted?): <reason>"``; a Lightning or torch
-            checkpoint is named as such (:func:`geohead.filekind.file_kind`), never called corrupted.
+            a readable safetensors file (truncated or corrupted?): <reason>"``.
     """
     from safetensors import SafetensorError, safe_open
     from safetensors.torch import load_file
@@ -136,15 +135,6 @@ def read_safetensors(
             meta = f.metadata() or {}
         loaded = load_file(str(path)) if tensors else {}
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-        from geohead.filekind import describe_kind, file_kind
-
-        kind = file_kind(path)
-        if kind in ("lightning", "torch", "torch-legacy"):
-            raise SafetensorsReadError(
-                f"{what} {str(path)!r} is {describe_kind(kind)}, not a safetensors file written by geohead (the file "
-                f"itself is fine). `geohead diagnose {path}` reads it (add --architecture NAME when the backbone is "
-                f"not inferred); `geohead export {path} --architecture NAME` exports its backbone"
-            ) from None
         raise SafetensorsReadError(
             f"{what} {str(path)!r} is not a readable safetensors file (truncated or corrupted?): {exc}"
         ) from None
