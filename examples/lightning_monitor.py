@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         enable_model_summary=False, log_every_n_steps=1)
     trainer.fit(module, loader)
     ckpt = args.out / "barlow.ckpt"
-    trainer.save_checkpoint(ckpt)
+    trainer.save_checkpoint(ckpt, weights_only=False)  # the full checkpoint (optimizer, loops), as ModelCheckpoint writes it
 
     metrics = Path(trainer.logger.log_dir) / "metrics.csv"
     rows = [r for r in csv.DictReader(open(metrics)) if r.get("geometry/rankme_head")]
