@@ -235,3 +235,51 @@ def test_cli_export_warns_about_defaults_and_takes_geohead_names(tmp_path):
         assert json.loads((out / "config.json").read_text())["geohead"]["backbone"]["name"] == "resnet18_w16"
     res = CliRunner().invoke(main, ["export", str(tmp_path / "w.pt"), "--out", str(tmp_path / "bad"), "--mean", "1,2"])
     assert res.exit_code == 2 and "--mean '1,2' has 2 values" in res.output and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("name", list(WRITERS))
+def test_every_layout_exports_backbone_and_head_exactly(tmp_path, name):
+    """geohead export of each layout: the exported backbone gives the rebuilt backbone's features
+    bit for bit, the exported head the original head's outputs (DINO: to weight-norm rounding)."""
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+    from geohead.export import load_backbone, load_head
+
+    path, reference = WRITERS[name][0](tmp_path)
+    out = tmp_path / "e"
+    res = CliRunner().invoke(main, ["export", str(path), "--out", str(out), "--with-head", "--method", WRITERS[name][1],
+                                    "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25"])
+    assert res.exit_code == 0, res.output
+    pt = load_pretrained(path, method=WRITERS[name][1])
+    x = torch.randn(2, 3, pt.img_size, pt.img_size, generator=torch.Generator().manual_seed(4))
+    z = torch.randn(5, pt.head.in_dim, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert torch.equal(load_backbone(out)(x), pt.backbone(x))
+        got, want = load_head(out)(z), reference(z)
+    assert torch.equal(got, want) if name != "dino" else torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    prov = json.loads((out / "config.json").read_text())["geohead"]["provenance"]
+    assert prov["objective"] == WRITERS[name][1] and prov["trained_elsewhere"]["layout"] == pt.layout.name
+
+
+def test_a_timm_backbone_file_exports_and_diagnose_says_what_it_needs(tmp_path):
+    """A backbone alone (timm's key names, no head): export infers it; diagnose asks for the head."""
+    from click.testing import CliRunner
+
+    from geohead.backbones import create_backbone
+    from geohead.cli import main
+    from geohead.io import save_safetensors
+
+    torch.manual_seed(0)
+    bb = create_backbone("resnet18_cifar", img_size=32, channels=[8, 16, 32, 64], channels_last=False).eval()
+    save_safetensors(tmp_path / "resnet.safetensors", bb.state_dict(), {"format": "pt"})
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "resnet.safetensors"), "--out", str(tmp_path / "e"),
+                                    "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--img-size", "32"])
+    assert res.exit_code == 0, res.output
+    from geohead.export import load_backbone
+
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(load_backbone(tmp_path / "e")(x), bb(x))
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), "--method", "barlow"])
+    assert res.exit_code == 2 and "holds a backbone only" in res.output and "diagnose_model" in res.output
