@@ -17,7 +17,8 @@ from geohead.heads.convert import HeadConversionError, layout_from_modules
 from geohead.pretrained import PretrainedError, UnsafeCheckpointError, load_pretrained
 from geohead.pretrained.synthetic import WRITERS
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+# no warnings at all: reading, rebuilding, diagnosing and exporting a foreign checkpoint is a normal run
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("error")]
 
 
 def _bn_stats_(module: nn.Module) -> nn.Module:
