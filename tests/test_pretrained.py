@@ -147,6 +147,18 @@ def test_diagnose_model_takes_any_modules_grayscale_and_own_normalisation():
     assert report["collapse"]["backbone"]["dim"] == 32 and report["collapse"]["head"]["dim"] == 8
     assert set(report["orbits"]) == {"rotate", "hue", "crop"}
     assert report["orbit_summary"]["head"] in ("compresses", "expands")
+    assert {"class", "hue"} <= set(report["probes"]["targets"])  # the shapes data's nuisance factors probed too
+    # the numbers are the library's on the adapted inputs: luma of [0, 1] RGB, (x - 0.3) / 0.2
+    from geohead.data import load_dataset
+    from geohead.data.functional import rgb_to_gray
+    from geohead.geometry import collapse_monitors, rankme
+
+    test = load_dataset("shapes", train=False, n=48, img_size=16, seed=0)
+    with torch.no_grad():
+        feats = backbone((rgb_to_gray(test.images.float() / 255) - 0.3) / 0.2)
+        want = collapse_monitors(head(feats)).to_dict()
+    assert report["collapse"]["head"]["rankme"] == pytest.approx(want["rankme"], rel=1e-5)
+    assert report["collapse"]["backbone"]["rankme"] == pytest.approx(float(rankme(feats)), rel=1e-5)
     json.dumps(report)  # strict JSON
     assert "the head " in format_table(report)
 

@@ -137,6 +137,7 @@ def _curvature(enc: InputAdapter, head: nn.Module, obj: nn.Module, predictor: nn
 def _orbits_collapse_probes(enc: InputAdapter, head: nn.Module, test: Any, train: Any, s: DiagnoseSettings,
                             device: torch.device, say: _Clock) -> dict[str, Any]:
     from geohead.data import ORBIT_FAMILIES
+    from geohead.evaluate import probe_targets
     from geohead.features import extract
     from geohead.geometry import collapse_monitors, orbit_invariance
     from geohead.probes import guillotine_report
@@ -159,7 +160,7 @@ def _orbits_collapse_probes(enc: InputAdapter, head: nn.Module, test: Any, train
     if s.probes and train is not None:
         say("guillotine probes", "probes")
         fb_tr, fh_tr = extract(enc, head, train.images, zero, one, device)
-        probes = guillotine_report(fb_tr, fh_tr, fb_te, fh_te, {"class": (train.labels, test.labels)},
+        probes = guillotine_report(fb_tr, fh_tr, fb_te, fh_te, probe_targets(train, test),
                                    probes=("knn", "linear") if s.linear else ("knn",)).to_dict()
     return {"orbits": orbits, "collapse": collapse, "probes": probes, "n_orbit_images": n_orb}
 
