@@ -296,3 +296,20 @@ def test_a_timm_backbone_file_exports_and_diagnose_says_what_it_needs(tmp_path):
         assert torch.equal(load_backbone(tmp_path / "e")(x), bb(x))
     res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), "--method", "barlow"])
     assert res.exit_code == 2 and "holds a backbone only" in res.output and "diagnose_model" in res.output
+
+
+def test_export_backbone_takes_geohead_names_for_a_timm_model(tmp_path):
+    """export_backbone(model, architecture="vit_tiny_cifar"): geohead's name stands for its timm
+    architecture and arguments (no 'not a timm architecture')."""
+    import timm
+
+    from geohead.export import export_backbone, load_backbone
+
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_tiny_patch16_224", patch_size=4, img_size=32, depth=1, dynamic_img_size=True,
+                            num_classes=0).eval()
+    res = export_backbone(vit, tmp_path / "v", architecture="vit_tiny_cifar", model_args={"depth": 1}, mean=[0.5] * 3,
+                          std=[0.25] * 3)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(load_backbone(res.out_dir)(x), vit(x))

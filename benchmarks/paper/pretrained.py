@@ -30,6 +30,8 @@ FAMILIES = ("rotate", "hue", "saturation", "blur", "crop")
 SIZES = {
     "smoke": dict(n_test=48, n_train=48, n_orbit_images=6, hessian_samples=6, collapse_batch=4, refine=0, mode="fast",
                   density_probes=1, density_steps=4, linear=False),
+    "small": dict(n_test=500, n_train=1000, n_orbit_images=32, hessian_samples=32, collapse_batch=8, refine=0, mode="fast",
+                  density_probes=1, density_steps=10, linear=False),
     "cpu": dict(n_test=1000, n_train=2000, n_orbit_images=64, hessian_samples=64, collapse_batch=16, refine=20, mode="fast",
                 density_probes=2, density_steps=20, linear=False),
 }

@@ -133,7 +133,8 @@ def foreign_backbone(
     Args:
         model: a timm model (e.g. ``timm.create_model("vit_small_patch16_224", img_size=32,
             patch_size=4)`` trained by another library); a classifier is left out.
-        architecture: the timm name it was created with (default: ``pretrained_cfg``'s).
+        architecture: the timm name it was created with (default: ``pretrained_cfg``'s), or a
+            geohead name (``resnet18_w16``, ``vit_tiny_cifar``, ...: its timm name and arguments).
         model_args: keyword arguments it was created with (override the inferred ones).
         img_size: the input side it was trained at (default: a ViT's own, else the
             architecture's ``pretrained_cfg`` input size); recorded in ``pretrained_cfg`` and
@@ -149,6 +150,11 @@ def foreign_backbone(
 
     from geohead.backbones import rebuild_backbone
 
+    from geohead.backbones import ALIASES
+
+    if architecture in ALIASES:  # a geohead name: its timm architecture and arguments
+        alias = ALIASES[architecture]
+        architecture, model_args = alias.architecture, {**alias.model_args, **dict(model_args or {})}
     arch = _architecture(model, architecture)
     cifar_stem = False
     if type(model) is VisionTransformer:
