@@ -195,6 +195,13 @@ def test_cli_diagnose_errors_exit_2_without_traceback(tmp_path):
     res = CliRunner().invoke(main, ["diagnose", str(path), "--method", "nope"])
     assert res.exit_code == 2 and "unknown method 'nope'" in res.output
     assert not list(tmp_path.glob("*.diagnose.json"))
+    from geohead.checkpoint import save_checkpoint
+
+    own = save_checkpoint(tmp_path / "last.ckpt", {"x": torch.zeros(1)}, {"step": 1})  # geohead's own format
+    for cmd in (["diagnose", str(own), "--method", "vicreg"], ["export", str(own), "--out", str(tmp_path / "o"), "--method", "vicreg"]):
+        res = CliRunner().invoke(main, cmd)
+        assert res.exit_code == 2 and "--method describe a checkpoint trained elsewhere" in res.output, res.output
+    assert not (tmp_path / "o").exists()
 
 
 def test_cli_export_records_what_was_used_and_the_head(tmp_path):
