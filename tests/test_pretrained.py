@@ -320,3 +320,21 @@ def test_export_backbone_takes_geohead_names_for_a_timm_model(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(load_backbone(res.out_dir)(x), vit(x))
+
+
+def test_export_of_an_in_memory_lightly_model_writes_its_head_as_a_geometric_head(tmp_path):
+    """export_backbone(lightly_model, with_head=True): lightly's projection_head becomes a
+    GeometricHead with the same outputs; the timm backbone is checked bit for bit as before."""
+    import timm
+    from lightly.models.modules import BarlowTwinsProjectionHead
+
+    from geohead.export import export_backbone, load_head
+
+    torch.manual_seed(0)
+    model = nn.Module()
+    model.backbone = timm.create_model("resnet18", channels=[8, 16, 32, 64], num_classes=0).eval()
+    model.projection_head = _bn_stats_(BarlowTwinsProjectionHead(64, 32, 16))
+    res = export_backbone(model, tmp_path / "e", with_head=True, img_size=32, mean=[0.5] * 3, std=[0.25] * 3)
+    z = torch.randn(4, 64)
+    with torch.no_grad():
+        assert torch.equal(load_head(res.out_dir)(z), model.projection_head(z))
