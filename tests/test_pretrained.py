@@ -338,3 +338,14 @@ def test_export_of_an_in_memory_lightly_model_writes_its_head_as_a_geometric_hea
     z = torch.randn(4, 64)
     with torch.no_grad():
         assert torch.equal(load_head(res.out_dir)(z), model.projection_head(z))
+
+
+def test_report_names_a_checkpoint_and_says_what_to_run(tmp_path):
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    path, _ = WRITERS["vicreg"][0](tmp_path)
+    res = CliRunner().invoke(main, ["report", str(path)])
+    assert res.exit_code == 2 and "is a torch file" in res.output and "vicreg_model.diagnose.json" in res.output
+    assert "corrupted" not in res.output

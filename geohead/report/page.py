@@ -53,6 +53,12 @@ def detect(folder: str | os.PathLike) -> str:
     if d.is_file() and d.suffix == ".json" and _is_diagnose(d):
         return "run"
     if not d.is_dir():
+        from geohead.filekind import describe_kind, file_kind
+
+        kind = file_kind(d)
+        if kind in ("lightning", "torch", "torch-legacy", "safetensors"):
+            raise ReportError(f"{str(d)!r} is {describe_kind(kind)}, a checkpoint: report plots what `geohead diagnose` "
+                              f"measures; run `geohead diagnose {d}` and give its JSON (default {d.with_name(d.stem + '.diagnose.json')})")
         raise ReportError(f"{str(d)!r} is not a folder; give a run folder (geohead train) or a search folder (geohead search)")
     if (d / "search.json").is_file() or (d / "trials.csv").is_file():
         return "search"
