@@ -349,3 +349,37 @@ def test_report_names_a_checkpoint_and_says_what_to_run(tmp_path):
     res = CliRunner().invoke(main, ["report", str(path)])
     assert res.exit_code == 2 and "is a torch file" in res.output and "vicreg_model.diagnose.json" in res.output
     assert "corrupted" not in res.output
+
+
+def test_lightly_byol_and_dino_models_with_predictor_and_prototypes(tmp_path):
+    """lightly's BYOL (projection + prediction head) and DINO (head with weight-normed prototypes)
+    saved as state dicts: both heads rebuilt with the original outputs; BYOL diagnosed with its predictor."""
+    import timm
+    from lightly.models.modules import BYOLPredictionHead, BYOLProjectionHead, DINOProjectionHead
+
+    from geohead.diagnose import DiagnoseSettings
+    from geohead.pretrained.diagnose import diagnose_pretrained
+
+    torch.manual_seed(0)
+    bb = timm.create_model("resnet18", channels=[8, 16, 32, 64], num_classes=0)
+    proj, pred = _bn_stats_(BYOLProjectionHead(64, 32, 16)), _bn_stats_(BYOLPredictionHead(16, 32, 16))
+    state = {**{f"backbone.{k}": v for k, v in bb.state_dict().items()},
+             **{f"projection_head.{k}": v for k, v in proj.state_dict().items()},
+             **{f"prediction_head.{k}": v for k, v in pred.state_dict().items()}}
+    torch.save(state, tmp_path / "byol.pt")
+    pt = load_pretrained(tmp_path / "byol.pt", method="byol")
+    z, e = torch.randn(4, 64), torch.randn(4, 16)
+    with torch.no_grad():
+        assert torch.equal(pt.head(z), proj(z)) and torch.equal(pt.predictor(e), pred(e))
+    report = diagnose_pretrained(tmp_path / "byol.pt", method="byol", data="shapes", settings=DiagnoseSettings(**SMALL))
+    assert report["source"]["predictor_spec"]["depth"] == 2 and report["source"]["objective"] == "byol"
+
+    with warnings.catch_warnings():  # lightly's DINO head calls the deprecated nn.utils.weight_norm
+        warnings.simplefilter("ignore", FutureWarning)
+        dino = _bn_stats_(DINOProjectionHead(64, 32, 16, 24))
+    torch.save({**{f"backbone.{k}": v for k, v in bb.state_dict().items()},
+                **{f"projection_head.{k}": v for k, v in dino.state_dict().items()}}, tmp_path / "dino.pt")
+    pt = load_pretrained(tmp_path / "dino.pt")
+    assert pt.method == "dino" and pt.head.spec.prototypes == 24 and pt.head.spec.activation == "gelu"
+    with torch.no_grad():
+        torch.testing.assert_close(pt.head(z), dino(z), rtol=1e-5, atol=1e-6)

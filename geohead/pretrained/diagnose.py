@@ -188,7 +188,8 @@ def _assemble(source: dict[str, Any], head: nn.Module, obj: nn.Module, predictor
                    "total_steps": None, "backbone": cfg.get("name") or type(enc.backbone).__name__,
                    "backbone_dim": parts["collapse"]["backbone"].get("dim"),
                    "head_spec": spec.to_dict() if spec is not None else {"module": type(head).__name__},
-                   "predictor_spec": None, "teacher": teacher is not None, "trained_on": None},
+                   "predictor_spec": predictor.spec.to_dict() if hasattr(predictor, "spec") else None,
+                   "teacher": teacher is not None, "trained_on": None},
         "data": {"name": str(data), "test": str(data_test or data), "n_test": len(test), "img_size": img_size,
                  "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
                  "mean": enc.mean.flatten().tolist(), "std": enc.std.flatten().tolist(), "in_chans": enc.in_chans},
@@ -218,6 +219,11 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
     if pt.head is None:
         raise PretrainedError(f"{str(path)!r} holds a backbone only (layout {pt.layout.name}); the head geometry needs a head: "
                               "geohead.diagnose_model(backbone, head, objective=...) with the head you trained")
+    from geohead.objectives import OBJECTIVES
+
+    if pt.method is not None and OBJECTIVES[pt.method].predictor_preset is not None and pt.predictor is None:
+        raise PretrainedError(f"{pt.method} needs its predictor, and {str(path)!r} holds none under "
+                              "prediction_head. / predictor.; give a checkpoint with it, or another --method")
     if pt.method is None:
         raise PretrainedError(f"{str(path)!r} (layout {pt.layout.name}) does not say which SSL method trained it; pass "
                               "--method (barlow, vicreg, simclr, byol, simsiam, dino)")
@@ -228,7 +234,8 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
         mean, std = recorded_normalisation(pt.layout)
     record = {**pt.describe(), "load_seconds": round(time.perf_counter() - t0, 3)}
     return diagnose_model(pt.backbone, pt.head, pt.method, data=data, data_test=data_test, data_root=data_root, mean=mean,
-                          std=std, img_size=size, teacher_head=pt.teacher_head, settings=settings, progress=progress,
+                          std=std, img_size=size, teacher_head=pt.teacher_head, predictor=pt.predictor, settings=settings,
+                          progress=progress,
                           source=record)
 
 

@@ -25,6 +25,8 @@ from geohead.pretrained.read import PretrainedError
 
 #: Where a head may sit, in the order tried.
 HEAD_PREFIXES = ("projection_head.", "projector.", "head.", "projection.", "model.head.", "model.projector.")
+#: Where a predictor (BYOL, SimSiam) may sit.
+PREDICTOR_PREFIXES = ("prediction_head.", "predictor.", "model.predictor.")
 #: Keys that mark a backbone, relative to its prefix.
 BACKBONE_ANCHORS = ("conv1.weight", "patch_embed.proj.weight")
 #: Objectives geohead has, by the names the methods go by.
@@ -45,6 +47,7 @@ class Layout:
         head, head_prefix, head_style: the head's tensors (``mlp.``/``layers.`` removed for the
             sequential style), where they were, ``"sequential"``, ``"geohead"`` or None.
         last_layer: DINO's weight-normed prototype layer's tensors, or None.
+        predictor, predictor_style: BYOL's / SimSiam's predictor (as ``head``), or None.
         teacher_head, teacher_last_layer: the same for DINO's teacher.
         method: the objective name inferred from the layout or the checkpoint's arguments, or None.
         meta: arguments the checkpoint records (DINO's ``args``, Lightning's ``hyper_parameters``).
@@ -58,6 +61,8 @@ class Layout:
     head_prefix: str | None = None
     head_style: str | None = None
     last_layer: dict[str, Tensor] | None = None
+    predictor: dict[str, Tensor] | None = None
+    predictor_style: str | None = None
     teacher_head: dict[str, Tensor] | None = None
     teacher_last_layer: dict[str, Tensor] | None = None
     method: str | None = None
@@ -166,7 +171,11 @@ def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
         layout.head_prefix = head_prefix
         if teacher is not None and any(k.startswith(head_prefix) for k in teacher):
             layout.teacher_head, _, layout.teacher_last_layer = _split_head(teacher, head_prefix)
-    rest = sorted(k for k in state if not k.startswith(prefix) and not (head_prefix and k.startswith(head_prefix)))
+    pred_prefix = next((p for p in PREDICTOR_PREFIXES if any(k.startswith(p) for k in state)), None)
+    if pred_prefix is not None:
+        layout.predictor, layout.predictor_style, _ = _split_head(state, pred_prefix)
+    used = tuple(p for p in (head_prefix, pred_prefix) if p)
+    rest = sorted(k for k in state if not k.startswith(prefix) and not (used and k.startswith(used)))
     if rest:
         layout.notes.append(f"left out {len(rest)} tensors outside backbone and head (e.g. {rest[0]!r})")
     _name_and_method(layout, state, container)
@@ -196,4 +205,4 @@ def _name_and_method(layout: Layout, state: dict[str, Tensor], container: str) -
         layout.method = METHOD_NAMES[declared]
 
 
-__all__ = ["HEAD_PREFIXES", "Layout", "METHOD_NAMES", "RECIPE_ACTIVATION", "split", "strip_wrappers", "unwrap"]
+__all__ = ["HEAD_PREFIXES", "Layout", "PREDICTOR_PREFIXES", "METHOD_NAMES", "RECIPE_ACTIVATION", "split", "strip_wrappers", "unwrap"]

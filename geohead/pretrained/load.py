@@ -31,7 +31,8 @@ class Pretrained:
 
     Attributes:
         backbone: ``backbone(x)`` (B, C, S, S) -> (B, d); head: GeometricHead (B, d) -> (B, k) or None;
-        teacher_head: DINO's teacher head or None; method: objective name or None;
+        teacher_head: DINO's teacher head or None; predictor: BYOL's / SimSiam's predictor as a
+        GeometricHead, or None; method: objective name or None;
         layout: the :class:`Layout`; head_check: ``{"reference", "max_abs_diff", "exact", "allclose"}``;
         img_size: the input side used; source: the file.
     """
@@ -44,6 +45,7 @@ class Pretrained:
     head_check: dict[str, Any] | None
     img_size: int
     source: str
+    predictor: GeometricHead | None = None
 
     def describe(self) -> dict[str, Any]:
         """The JSON-ready record of what was read (layout, prefixes, specs, the check, notes)."""
@@ -54,6 +56,7 @@ class Pretrained:
                          "num_features": cfg.get("num_features"), "img_size": self.img_size},
             "head_prefix": self.layout.head_prefix,
             "head_spec": self.head.spec.to_dict() if self.head is not None else None,
+            "predictor_spec": self.predictor.spec.to_dict() if self.predictor is not None else None,
             "teacher_head": self.teacher_head is not None, "head_check": self.head_check, "notes": list(self.layout.notes),
         }
 
@@ -189,8 +192,13 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
                                   f"(max |difference| {check['max_abs_diff']}): this head is not expressible")
         if layout.teacher_head is not None:
             teacher = GeometricHead.from_layout(_mlp(layout.teacher_head, "sequential", layout.teacher_last_layer, act), act)
+    predictor = None
+    if head is not None and layout.predictor is not None:
+        mlp = _mlp(layout.predictor, layout.predictor_style or "sequential", None, act)
+        predictor = GeometricHead.from_layout(mlp, act)
+        check["predictor"] = check_head(predictor, mlp, act, False)
     size = int(backbone.geohead_config["img_size"])
-    return Pretrained(backbone, head, teacher, layout.method, layout, check, size, str(Path(source)))
+    return Pretrained(backbone, head, teacher, layout.method, layout, check, size, str(Path(source)), predictor)
 
 
 __all__ = ["Pretrained", "check_head", "load_pretrained"]
