@@ -178,6 +178,7 @@ def test_cli_diagnose_and_report_a_dino_checkpoint(tmp_path):
     report = json.loads(out.read_text())
     assert report["pretrained"]["layout"] == "dino" and report["source"]["objective"] == "dino"
     assert report["pretrained"]["head_check"]["allclose"] and report["data"]["img_size"] == 16
+    assert any("dino_loss.center" in n for n in report["pretrained"]["notes"])
     assert "head check vs documented forward" in res.output
     res = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output

@@ -57,7 +57,8 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
                    data_test: str | None = None, data_root: str | None = None, mean: Sequence[float] | None = None,
                    std: Sequence[float] | None = None, img_size: int = 32, teacher_head: nn.Module | None = None,
                    predictor: nn.Module | None = None, settings: DiagnoseSettings | None = None,
-                   progress: Callable[[str], None] | None = None, source: dict[str, Any] | None = None) -> dict[str, Any]:
+                   progress: Callable[[str], None] | None = None, source: dict[str, Any] | None = None,
+                   objective_state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The geometry report (module docstring) of ``backbone`` (any ``nn.Module``: images (B, C,
     S, S) -> features, flattened to (B, d)) and ``head`` ((B, d) -> (B, k)) under ``objective``.
 
@@ -72,6 +73,7 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
         teacher_head, predictor: DINO's teacher head, BYOL's predictor, where the method has one.
         settings: :class:`~geohead.diagnose.DiagnoseSettings` (``data*`` fields are ignored here).
         source: recorded under ``source`` (what the models came from).
+        objective_state: what the checkpoint records of the objective (``dino_center``).
     Returns: the JSON-ready report (strict JSON: NaN as "nan").
     """
     from geohead.data import load_dataset
@@ -79,7 +81,7 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     s = (settings or DiagnoseSettings()).validate()
     say = _Clock(progress)
     device = torch.device(s.device if s.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
-    obj = _objective(objective, head)
+    obj = _objective(objective, head, objective_state)
     say("data", "data")
     test = load_dataset(data_test or data, root=data_root, train=False, n=s.n_test, img_size=img_size, seed=s.seed)
     train = load_dataset(data, root=data_root, train=True, n=s.n_train, img_size=img_size, seed=s.seed) if s.probes else None
@@ -99,7 +101,10 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
                                 parts, say.seconds))
 
 
-def _objective(objective: str | nn.Module, head: nn.Module) -> nn.Module:
+def _objective(objective: str | nn.Module, head: nn.Module, state: dict[str, Any] | None = None) -> nn.Module:
+    """The objective: given, or built by name with its paper defaults sized to the head; for a
+    trained model, DINO's teacher temperature is the final one (past the warm-up) and its centre
+    the checkpoint's (``state["dino_center"]``) when recorded."""
     from geohead.objectives import OBJECTIVES, get_objective
 
     if not isinstance(objective, str):
@@ -109,7 +114,13 @@ def _objective(objective: str | nn.Module, head: nn.Module) -> nn.Module:
         raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)} (or pass an Objective)")
     out = getattr(head, "out_dim", None)
     args = OBJECTIVES[key].args_for_head({}, int(out)) if isinstance(out, int) else {}
-    return get_objective(key, **args).eval()
+    obj = get_objective(key, **args).eval()
+    if hasattr(obj, "set_epoch"):
+        obj.set_epoch(float("inf"))
+    center = (state or {}).get("dino_center")
+    if isinstance(center, Tensor) and isinstance(getattr(obj, "center", None), Tensor) and center.shape == obj.center.shape:
+        obj.center.copy_(center)
+    return obj
 
 
 def _curvature(enc: InputAdapter, head: nn.Module, obj: nn.Module, predictor: nn.Module | None, teacher: nn.Module | None,
@@ -236,7 +247,7 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
     return diagnose_model(pt.backbone, pt.head, pt.method, data=data, data_test=data_test, data_root=data_root, mean=mean,
                           std=std, img_size=size, teacher_head=pt.teacher_head, predictor=pt.predictor, settings=settings,
                           progress=progress,
-                          source=record)
+                          source=record, objective_state=pt.layout.meta)
 
 
 __all__ = ["InputAdapter", "diagnose_model", "diagnose_pretrained", "orbit_summary"]

@@ -118,7 +118,12 @@ def unwrap(obj: Any, kind: str) -> tuple[dict[str, Tensor], dict[str, Tensor] | 
         raise PretrainedError(f"the file holds a {type(obj).__name__}, not a dict of tensors or a checkpoint dict")
     meta: dict[str, Any] = {}
     if "student" in obj or "teacher" in obj:
-        meta = obj.get("args") if isinstance(obj.get("args"), dict) else {}
+        meta = dict(obj.get("args")) if isinstance(obj.get("args"), dict) else {}
+        loss = obj.get("dino_loss")
+        if isinstance(loss, dict) and isinstance(loss.get("center"), Tensor):
+            meta["dino_center"] = loss["center"]  # DINOLoss's running centre of the teacher's logits
+        if isinstance(obj.get("epoch"), int):
+            meta["epoch"] = obj["epoch"]
         student, teacher = obj.get("student"), obj.get("teacher")
         if not _tensors(student or teacher):
             raise PretrainedError("a DINO-style checkpoint whose 'student'/'teacher' hold no tensors")
@@ -178,6 +183,8 @@ def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
     rest = sorted(k for k in state if not k.startswith(prefix) and not (used and k.startswith(used)))
     if rest:
         layout.notes.append(f"left out {len(rest)} tensors outside backbone and head (e.g. {rest[0]!r})")
+    if "dino_center" in meta:
+        layout.notes.append("DINO's centre read from dino_loss.center (used by the objective)")
     _name_and_method(layout, state, container)
     return layout
 
