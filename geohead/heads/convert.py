@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from geohead.heads.layers import ACTIVATIONS, linear_bias
+from geohead.heads.layers import ACTIVATIONS, activation_layer, linear_bias
 from geohead.heads.spec import HeadSpec
 
 #: Functional forms of the activations a converted head may use (keys of ACTIVATIONS).
@@ -221,7 +221,8 @@ def reference_forward(layout: MLPLayout, x: Tensor, activation: str | None = Non
         elif blk.norm == "layer":
             x = F.layer_norm(x, (x.shape[-1],), s["weight"], s["bias"], eps=1e-5)
         if blk.act is not None:
-            x = _ACT_FN[activation or blk.act](x)
+            name = activation or blk.act
+            x = _ACT_FN[name](x) if name in _ACT_FN else activation_layer(name)()(x)
     if layout.prototype_v is not None:
         v = layout.prototype_v
         g = layout.prototype_g if layout.prototype_g is not None else v.norm(dim=1, keepdim=True)

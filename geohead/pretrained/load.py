@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from geohead.heads import GeometricHead
+from geohead.heads.layers import activation_layer
 from geohead.heads.convert import HeadConversionError, MLPLayout, compare_outputs, layout_from_state, reference_forward
 from geohead.pretrained.backbone import build_backbone
 from geohead.pretrained.layouts import METHOD_NAMES, RECIPE_ACTIVATION, Layout, split
@@ -89,13 +90,12 @@ def _lightly_reference(layout: MLPLayout, activation: str) -> nn.Module | None:
         from lightly.models.modules.heads import ProjectionHead
     except ImportError:
         return None
-    acts = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU, "tanh": nn.Tanh}
     blocks, state = [], {}
     i = 0
     for blk in layout.blocks:
         norm = {"batch": nn.BatchNorm1d(blk.weight.shape[0]), "batch_noaffine": nn.BatchNorm1d(blk.weight.shape[0], affine=False),
                 "layer": nn.LayerNorm(blk.weight.shape[0]), None: None}[blk.norm]
-        act = acts[activation]() if blk.act is not None else None
+        act = activation_layer(activation)() if blk.act is not None else None
         blocks.append((blk.weight.shape[1], blk.weight.shape[0], norm, act, blk.bias is not None))
         state[f"layers.{i}.weight"] = blk.weight
         if blk.bias is not None:
