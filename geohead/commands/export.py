@@ -49,10 +49,10 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
         warnings.simplefilter("always", UserWarning)
         try:
             if is_geohead_source(source):
-                given = foreign_flags({**foreign, "model_arg": model_args, "prefix": prefix})
+                given = foreign_flags({**foreign, "model_arg": model_args, "prefix": prefix, "img_size": img_size})
                 if given:
                     fail(f"{', '.join(given)} describe a checkpoint trained elsewhere; {source!r} is a geohead run, which "
-                         "records its architecture and method: drop them")
+                         "records its architecture, method and input size: drop them (--mean/--std may override its normalisation)")
                 res = export_backbone(source, out_dir, **kwargs)
             elif prefix is not None:
                 if not architecture:
