@@ -220,7 +220,7 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
                         settings: DiagnoseSettings | None = None,
                         progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """:func:`~geohead.pretrained.load_pretrained` then :func:`diagnose_model` (images at the
-    backbone's img_size: a ViT's own, else ``img_size`` or 32)."""
+    backbone's img_size: a ViT's own, else ``img_size``, else the checkpoint's recorded one, else 32)."""
     from geohead.pretrained.load import load_pretrained
     from geohead.pretrained.read import PretrainedError
 
@@ -238,7 +238,9 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
     if pt.method is None:
         raise PretrainedError(f"{str(path)!r} (layout {pt.layout.name}) does not say which SSL method trained it; pass "
                               "--method (barlow, vicreg, simclr, byol, simsiam, dino)")
-    size = int(pt.backbone.geohead_config.get("model_args", {}).get("img_size") or img_size or 32)
+    cfg = pt.backbone.geohead_config  # a ViT's own size; else the given or recorded one; else 32 (CIFAR-scale data)
+    size = int(cfg.get("model_args", {}).get("img_size") or img_size
+               or (cfg["img_size"] if cfg.get("img_size_source") != "default" else 32))
     if mean is None or std is None:  # what the checkpoint records (a Lightning module's hyper-parameters)
         from geohead.pretrained.load import recorded_normalisation
 
