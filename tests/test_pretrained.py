@@ -183,6 +183,8 @@ def test_cli_diagnose_and_report_a_dino_checkpoint(tmp_path):
     res = CliRunner().invoke(main, ["report", str(out), "--out", str(tmp_path / "rep")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "rep" / "report.html").is_file() and (tmp_path / "rep" / "orbit_compression.png").is_file()
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "geohead report: dino_checkpoint.pth (dino, dino)" in html and "head check vs documented forward" in html
 
 
 def test_cli_diagnose_errors_exit_2_without_traceback(tmp_path):

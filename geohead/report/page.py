@@ -137,6 +137,10 @@ def _run_report(run: Path, out: Path, diag: Path) -> _Page:
     page = _Page()
     title = _run_title(run, page)
     page.title = f"geohead run report: {title}"
+    trained_elsewhere = _is_diagnose(diag) and json.loads(diag.read_text()).get("pretrained")
+    if trained_elsewhere:  # a checkpoint geohead did not train: name it, its layout and method
+        title = f"{Path(str(trained_elsewhere.get('source'))).name} ({trained_elsewhere.get('layout')}, {trained_elsewhere.get('method')})"
+        page.title = f"geohead report: {title}"
     _training_section(page, run, out, title)
     _summary_section(page, run)
     _diagnose_section(page, run, out, diag)
