@@ -386,3 +386,25 @@ def test_lightly_byol_and_dino_models_with_predictor_and_prototypes(tmp_path):
     assert pt.method == "dino" and pt.head.spec.prototypes == 24 and pt.head.spec.activation == "gelu"
     with torch.no_grad():
         torch.testing.assert_close(pt.head(z), dino(z), rtol=1e-5, atol=1e-6)
+
+
+def test_lightly_docs_backbone_nn_sequential_of_torchvision_resnet(tmp_path):
+    """lightly's docs build the backbone as nn.Sequential(*list(torchvision resnet18().children())[:-1]):
+    its numbered keys are read as the ResNet's, and the rebuilt backbone gives the same features."""
+    import torchvision
+    from lightly.models.modules import SimCLRProjectionHead
+
+    torch.manual_seed(0)
+    resnet = torchvision.models.resnet18()
+    resnet.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)  # the CIFAR stem, as lightly's CIFAR examples
+    resnet.maxpool = nn.Identity()
+    backbone = _bn_stats_(nn.Sequential(*list(resnet.children())[:-1]))
+    head = _bn_stats_(SimCLRProjectionHead(512, 64, 32))
+    torch.save({**{f"backbone.{k}": v for k, v in backbone.state_dict().items()},
+                **{f"projection_head.{k}": v for k, v in head.state_dict().items()}}, tmp_path / "simclr.pt")
+    pt = load_pretrained(tmp_path / "simclr.pt", method="simclr")
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(pt.backbone(x), backbone(x).flatten(1), rtol=1e-5, atol=1e-5)
+        assert torch.equal(pt.head(pt.backbone(x)), head(pt.backbone(x)))
+    assert pt.backbone.geohead_config["cifar_stem"] and any("children" in n for n in pt.layout.notes)

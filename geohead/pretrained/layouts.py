@@ -143,10 +143,30 @@ def unwrap(obj: Any, kind: str) -> tuple[dict[str, Tensor], dict[str, Tensor] | 
     return strip_wrappers(state), None, "torch", {}
 
 
+#: torchvision ResNet children by index, as ``nn.Sequential(*list(resnet.children())[:-1])`` (lightly's docs) numbers them.
+_TORCHVISION_CHILDREN = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
+
+
+def _unnumber_resnet(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], str | None]:
+    """Keys of a torchvision ResNet wrapped as ``nn.Sequential(*children[:-1])`` (``P0.weight``,
+    ``P4.0.conv1.weight``, ...) renamed to ResNet's own (``Pconv1.weight``, ``Player1.0.conv1.weight``);
+    returns the state and the prefix P it renamed under (None: nothing to rename)."""
+    for k, v in state.items():
+        if k.endswith("0.weight") and v.dim() == 4 and (k[: -len("0.weight")] + "4.0.conv1.weight") in state:
+            p = k[: -len("0.weight")]
+            out = {}
+            for key, t in state.items():
+                head, _, rest = key[len(p):].partition(".") if key.startswith(p) else ("", "", "")
+                out[p + _TORCHVISION_CHILDREN[head] + "." + rest if head in _TORCHVISION_CHILDREN else key] = t
+            return out, p
+    return state, None
+
+
 def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
     """The :class:`Layout` of a loaded checkpoint (see the module docstring); with
     ``require_head=False`` a head geohead cannot read is left out (a note says so) instead of an error."""
     state, teacher, container, meta = unwrap(obj, kind)
+    state, numbered = _unnumber_resnet(state)
     prefix = _backbone_prefix(state)
     if prefix is None:
         raise PretrainedError(
@@ -183,6 +203,9 @@ def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
     rest = sorted(k for k in state if not k.startswith(prefix) and not (used and k.startswith(used)))
     if rest:
         layout.notes.append(f"left out {len(rest)} tensors outside backbone and head (e.g. {rest[0]!r})")
+    if numbered is not None:
+        layout.notes.append(f"backbone under {numbered!r} is torchvision's ResNet as nn.Sequential(*children[:-1]): "
+                            "its numbered keys read as the ResNet's own")
     if "dino_center" in meta:
         layout.notes.append("DINO's centre read from dino_loss.center (used by the objective)")
     _name_and_method(layout, state, container)
