@@ -408,3 +408,24 @@ def test_lightly_docs_backbone_nn_sequential_of_torchvision_resnet(tmp_path):
         torch.testing.assert_close(pt.backbone(x), backbone(x).flatten(1), rtol=1e-5, atol=1e-5)
         assert torch.equal(pt.head(pt.backbone(x)), head(pt.backbone(x)))
     assert pt.backbone.geohead_config["cifar_stem"] and any("children" in n for n in pt.layout.notes)
+
+
+def test_dino_teacher_exports_with_teacher_flag(tmp_path):
+    """DINO's released weights are the teacher's: --teacher exports its backbone and head."""
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+    from geohead.export import load_backbone, load_head
+
+    path, _ = WRITERS["dino"][0](tmp_path)
+    res = CliRunner().invoke(main, ["export", str(path), "--out", str(tmp_path / "t"), "--teacher", "--with-head",
+                                    "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25"])
+    assert res.exit_code == 0 and "exported the teacher backbone" in res.output, res.output
+    teacher, student = load_pretrained(path, teacher=True), load_pretrained(path)
+    x, z = torch.randn(2, 3, 16, 16), torch.randn(3, 64)
+    with torch.no_grad():
+        assert torch.equal(load_backbone(tmp_path / "t")(x), teacher.backbone(x))
+        assert not torch.equal(teacher.backbone(x), student.backbone(x))
+        assert torch.equal(load_head(tmp_path / "t")(z), teacher.head(z)) and torch.equal(student.teacher_head(z), teacher.head(z))
+    res = CliRunner().invoke(main, ["export", str(WRITERS["vicreg"][0](tmp_path)[0]), "--out", str(tmp_path / "v"), "--teacher"])
+    assert res.exit_code == 2 and "only DINO's checkpoints do" in res.output

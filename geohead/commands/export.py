@@ -88,11 +88,9 @@ def _export_foreign(source: str, out_dir: str, kwargs: dict[str, Any], model_arg
     from geohead.export import ExportError, export_backbone
     from geohead.pretrained import load_pretrained
 
-    if kwargs["teacher"]:
-        raise ExportError("--teacher selects the EMA teacher of a geohead run; for a DINO checkpoint the student's backbone "
-                          "is exported (its teacher's weights are in the file under 'teacher')")
     pt = load_pretrained(source, architecture=architecture, method=method, activation=activation,
-                         model_args=model_args or None, img_size=img_size, require_head=kwargs["with_head"])
+                         model_args=model_args or None, img_size=img_size, require_head=kwargs["with_head"],
+                         teacher=kwargs["teacher"])
     if kwargs["with_head"] and pt.head is None:
         raise ExportError(f"{source!r} holds no projection head geohead can rebuild ({'; '.join(pt.layout.notes) or 'none found'}); "
                           "drop --with-head")
@@ -105,6 +103,7 @@ def _export_foreign(source: str, out_dir: str, kwargs: dict[str, Any], model_arg
     pair.backbone, pair.head = pt.backbone, pt.head if pt.head is not None else nn.Identity()
     info = pt.describe()
     provenance = {"objective": pt.method, "head_spec": info["head_spec"], "source": str(source),
+                  "branch": "teacher" if kwargs["teacher"] else "student",
                   "trained_elsewhere": {k: info[k] for k in ("layout", "head_prefix", "head_check", "notes")}}
     return export_backbone(pair if pt.head is not None else pt.backbone, out_dir, **{**kwargs, "teacher": False},
                            provenance=provenance)

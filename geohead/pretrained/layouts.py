@@ -48,7 +48,7 @@ class Layout:
             sequential style), where they were, ``"sequential"``, ``"geohead"`` or None.
         last_layer: DINO's weight-normed prototype layer's tensors, or None.
         predictor, predictor_style: BYOL's / SimSiam's predictor (as ``head``), or None.
-        teacher_head, teacher_last_layer: the same for DINO's teacher.
+        teacher_head, teacher_last_layer, teacher_backbone: the same for DINO's teacher.
         method: the objective name inferred from the layout or the checkpoint's arguments, or None.
         meta: arguments the checkpoint records (DINO's ``args``, Lightning's ``hyper_parameters``).
         notes: what was assumed or left out.
@@ -65,6 +65,7 @@ class Layout:
     predictor_style: str | None = None
     teacher_head: dict[str, Tensor] | None = None
     teacher_last_layer: dict[str, Tensor] | None = None
+    teacher_backbone: dict[str, Tensor] | None = None
     method: str | None = None
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
@@ -196,6 +197,8 @@ def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
         layout.head_prefix = head_prefix
         if teacher is not None and any(k.startswith(head_prefix) for k in teacher):
             layout.teacher_head, _, layout.teacher_last_layer = _split_head(teacher, head_prefix)
+    if teacher is not None and any(k.startswith(prefix) for k in teacher):
+        layout.teacher_backbone = _under(teacher, prefix)
     pred_prefix = next((p for p in PREDICTOR_PREFIXES if any(k.startswith(p) for k in state)), None)
     if pred_prefix is not None:
         layout.predictor, layout.predictor_style, _ = _split_head(state, pred_prefix)

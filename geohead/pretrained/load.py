@@ -146,7 +146,7 @@ def recorded_normalisation(layout: Layout) -> tuple[list[float] | None, list[flo
 
 def load_pretrained(source: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
                     activation: str | None = None, model_args: Mapping[str, Any] | None = None,
-                    img_size: int | None = None, require_head: bool = True) -> Pretrained:
+                    img_size: int | None = None, require_head: bool = True, teacher: bool = False) -> Pretrained:
     """Read ``source`` safely (:func:`~geohead.pretrained.read.load_file`), split it
     (:func:`~geohead.pretrained.layouts.split`), build the backbone and the checked head.
 
@@ -157,6 +157,8 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
         activation: the head's hidden activation; default the method's recipe.
         require_head: False: a head geohead cannot read is left out (``head`` None, a note
             in ``layout.notes``) instead of an error (what ``geohead export`` needs).
+        teacher: take backbone and head from DINO's teacher (its released weights are the
+            teacher's); the student's head is then ``teacher_head``.
 
     Raises:
         PretrainedError: unreadable or unsafe file, unknown layout, a head a GeometricHead cannot
@@ -164,6 +166,13 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
     """
     obj, kind = load_file(source)
     layout = split(obj, kind, require_head)
+    if teacher:
+        if layout.teacher_backbone is None:
+            raise PretrainedError(f"{str(source)!r} ({layout.name} layout) holds no teacher; only DINO's checkpoints do")
+        layout.backbone, layout.teacher_backbone = layout.teacher_backbone, layout.backbone
+        layout.head, layout.teacher_head = layout.teacher_head, layout.head
+        layout.last_layer, layout.teacher_last_layer = layout.teacher_last_layer, layout.last_layer
+        layout.notes.append("the teacher's backbone and head (DINO's released weights are the teacher's)")
     if method is not None:
         if method.lower() not in METHOD_NAMES:
             raise PretrainedError(f"unknown method {method!r}; choose one of {sorted(set(METHOD_NAMES.values()))}")

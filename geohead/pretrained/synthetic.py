@@ -81,7 +81,8 @@ def write_dino(folder: Path) -> tuple[Path, nn.Module]:
     g = torch.ones(32, 1)
     head = {**_prefixed("mlp.", mlp.state_dict()), "last_layer.weight_g": g, "last_layer.weight_v": v}
     student = {**_prefixed("module.backbone.", vit.state_dict()), **_prefixed("module.head.", head)}
-    teacher = {**_prefixed("backbone.", vit.state_dict()), **_prefixed("head.", {k: t + 0.01 for k, t in head.items()})}
+    ema = {k: t + 0.001 if t.is_floating_point() else t for k, t in vit.state_dict().items()}  # the EMA differs
+    teacher = {**_prefixed("backbone.", ema), **_prefixed("head.", {k: t + 0.01 for k, t in head.items()})}
     args = argparse.Namespace(arch="vit_small", patch_size=4, out_dim=32, norm_last_layer=True, use_bn_in_head=False)
     path = folder / "dino_checkpoint.pth"
     torch.save({"student": student, "teacher": teacher, "args": args, "epoch": 3, "dino_loss": {"center": torch.zeros(1, 32)}}, path)
