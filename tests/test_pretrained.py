@@ -429,3 +429,27 @@ def test_dino_teacher_exports_with_teacher_flag(tmp_path):
         assert torch.equal(load_head(tmp_path / "t")(z), teacher.head(z)) and torch.equal(student.teacher_head(z), teacher.head(z))
     res = CliRunner().invoke(main, ["export", str(WRITERS["vicreg"][0](tmp_path)[0]), "--out", str(tmp_path / "v"), "--teacher"])
     assert res.exit_code == 2 and "only DINO's checkpoints do" in res.output
+
+
+def test_diagnose_an_export_folder_with_its_head(tmp_path):
+    """A timm backbone exported with its head (geohead export --with-head) is diagnosed from the
+    folder alone: objective, mean/std and size from its config.json, the same head."""
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    path, _ = WRITERS["lightly (state_dict)"][0](tmp_path)
+    CliRunner().invoke(main, ["export", str(path), "--out", str(tmp_path / "e"), "--with-head", "--method", "barlow",
+                              "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--img-size", "32"])
+    out = tmp_path / "d.json"
+    args = ["--data", "shapes", "--json", str(out), "--n-test", "48", "--n-train", "48", "--orbit-images", "6",
+            "--hessian-samples", "6", "--collapse-batch", "4", "--mode", "fast", "--no-linear", "--families", "rotate"]
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "e"), *args])
+    assert res.exit_code == 0, res.output
+    report = json.loads(out.read_text())
+    assert report["source"]["objective"] == "barlow" and report["data"]["mean"] == [0.5, 0.5, 0.5]
+    assert report["pretrained"]["layout"] == "geohead export" and report["data"]["img_size"] == 32
+    CliRunner().invoke(main, ["export", str(path), "--out", str(tmp_path / "nohead"), "--method", "barlow",
+                              "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--img-size", "32"])
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "nohead"), *args])
+    assert res.exit_code == 2 and "export again with --with-head" in res.output

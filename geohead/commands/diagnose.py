@@ -36,7 +36,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     monitors and guillotine probes of the backbone + head in SOURCE: a geohead run folder or
     checkpoint, or a checkpoint trained anywhere (Lightning .ckpt, torch state_dict, lightly,
     solo-learn, official DINO / VICReg / Barlow Twins; the head is rebuilt as a GeometricHead
-    and checked against the original's forward).
+    and checked against the original's forward), or an export folder written with --with-head.
 
     Prints tables and writes the JSON report (the numbers the library calls return).
     """

@@ -72,9 +72,17 @@ def parse_floats(name: str, text: str | None) -> list[float] | None:
     return vals
 
 
+def is_export_folder(source: str | os.PathLike) -> bool:
+    """A folder written by ``geohead export`` (``config.json`` beside ``model.safetensors``)."""
+    p = Path(source)
+    return p.is_dir() and (p / "config.json").is_file() and (p / "model.safetensors").is_file()
+
+
 def is_geohead_source(source: str | os.PathLike) -> bool:
     """A geohead run folder, or a safetensors file with geohead's checkpoint format."""
     p = Path(source)
+    if is_export_folder(p):
+        return False
     if p.is_dir() or not p.exists():
         return True  # a run folder, or a missing path: geohead's own reader says what is wrong
     from geohead.filekind import file_kind
@@ -97,6 +105,9 @@ def run_foreign(source: str, data: str | None, data_test: str | None, data_root:
     """``geohead diagnose`` of a checkpoint trained elsewhere (:func:`geohead.pretrained.diagnose.diagnose_pretrained`)."""
     from geohead.pretrained.diagnose import diagnose_pretrained
 
+    if is_export_folder(source):
+        return _diagnose_export(source, data, data_test, data_root, settings, progress, method=method, img_size=img_size,
+                                mean=parse_floats("mean", mean), std=parse_floats("std", std))
     if data is None:
         click.echo("diagnose: no --data given: measuring on geohead's built-in shapes images; pass --data (cifar10, an "
                    ".npz, an image folder) for the images the model was trained on", err=True)
@@ -107,4 +118,30 @@ def run_foreign(source: str, data: str | None, data_test: str | None, data_root:
     )
 
 
-__all__ = ["foreign_flags", "foreign_options", "is_geohead_source", "parse_floats", "parse_model_args", "run_foreign"]
+def _diagnose_export(source: str, data: str | None, data_test: str | None, data_root: str | None, settings: Any,
+                     progress: Callable[[str], None], *, method: str | None, img_size: int | None,
+                     mean: list[float] | None, std: list[float] | None) -> dict[str, Any]:
+    """``geohead diagnose`` of an export folder written with ``--with-head``: its timm backbone and
+    GeometricHead, the objective and preprocessing its config.json records (flags override them)."""
+    from geohead.export import load_backbone, load_head, read_config
+    from geohead.pretrained.diagnose import diagnose_model
+    from geohead.pretrained.read import PretrainedError
+
+    config = read_config(source)
+    g, pc = config["geohead"], config.get("pretrained_cfg", {})
+    if not (g.get("files") or {}).get("head"):
+        raise PretrainedError(f"{source!r} is an export without its head; the head geometry needs one: export again "
+                              "with --with-head, or use geohead.diagnose_model(backbone, head, ...) with your head")
+    objective = method or (g.get("provenance") or {}).get("objective")
+    if objective is None:
+        raise PretrainedError(f"{source!r} records no objective; pass --method (barlow, vicreg, simclr, byol, simsiam, dino)")
+    size = img_size or int((pc.get("input_size") or [3, 32, 32])[-1])
+    return diagnose_model(load_backbone(source), load_head(source), objective, data=data or "shapes", data_test=data_test,
+                          data_root=data_root, mean=mean or pc.get("mean"), std=std or pc.get("std"), img_size=size,
+                          settings=settings, progress=progress,
+                          source={"source": str(source), "layout": "geohead export", "method": objective,
+                                  "backbone": {"name": g["backbone"].get("name"), "prefix": ""}, "head_prefix": None,
+                                  "head_check": None, "notes": []})
+
+
+__all__ = ["foreign_flags", "foreign_options", "is_export_folder", "is_geohead_source", "parse_floats", "parse_model_args", "run_foreign"]
