@@ -1,7 +1,7 @@
 """lightly's Barlow Twins pipeline, as lightly's docs write it, with geohead watching and reading it.
 
 Everything in the training loop is lightly's or torch's: lightly's ``BYOLTransform`` views
-(what lightly's Barlow Twins example uses) through a ``DataLoader``, a timm ResNet-18, lightly's
+(Barlow Twins' own augmentations are BYOL's asymmetric pair) through a ``DataLoader``, a timm ResNet-18, lightly's
 ``BarlowTwinsProjectionHead`` and ``BarlowTwinsLoss``, SGD. Data: the CIFAR-10 arrays of
 ``../shared/data`` when present (``--data PATH.npz``), else torchvision's ``FakeData``. geohead
 adds only:
@@ -64,7 +64,7 @@ class ArrayImages(Dataset):
 
 
 class BarlowTwins(nn.Module):
-    """lightly's ``BarlowTwins`` module (docs: examples/pytorch/barlowtwins.py), timm backbone."""
+    """lightly's ``BarlowTwins`` module (lightly's examples/pytorch/barlowtwins.py) with a timm backbone."""
 
     def __init__(self, backbone: nn.Module, hidden_dim: int, out_dim: int) -> None:
         super().__init__()
