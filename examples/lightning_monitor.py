@@ -11,7 +11,8 @@ the head's spec and the normalisation, so the commands below need no flags for t
 α-ReQ and the std of normalised embeddings of both every ``--every`` optimiser steps (counted
 from 1, as ``GeometryMonitor`` counts) and logs them through ``self.log`` as ``geometry/<key>``
 (here to a CSV logger; ``prog_bar=True`` shows them in the progress bar). It ends with
-``geohead export OUT/barlow.ckpt`` and ``geohead diagnose OUT/barlow.ckpt``.
+``geohead export OUT/barlow.ckpt``, ``geohead diagnose OUT/barlow.ckpt`` and ``geohead report OUT``
+(the callback's records, ``OUT/geometry.jsonl``, and the diagnosis on one page).
 
 Reading the head's RankMe: see ``examples/lightly_barlow.py`` (a value far below the head's
 width means its outputs span few directions: collapse, or a run too short to tell).
@@ -137,7 +138,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     data, source = dataset(args.data, args.n)
     loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True)
     module = BarlowTwins(width=args.width, lr=args.lr)
-    callback = GeometryCallback(every=args.every, objective="criterion", hessian_every=args.hessian_every)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "geometry.jsonl").unlink(missing_ok=True)
+    callback = GeometryCallback(every=args.every, objective="criterion", hessian_every=args.hessian_every,
+                                log_file=args.out / "geometry.jsonl")  # also a JSONL that `geohead report` plots
     trainer = L.Trainer(max_steps=args.steps, accelerator="cpu", devices=1, logger=CSVLogger(args.out, name="logs"),
                         callbacks=[callback], enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, log_every_n_steps=1)
@@ -159,6 +163,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
              "--mode", "fast", "--families", "rotate,crop", "--no-linear"] if args.quick else ["--n-test", "500", "--n-train", "1000"]
     geohead_cli(["export", str(ckpt), "--out", str(args.out / "export"), "--overwrite", "--with-head"])
     geohead_cli(["diagnose", str(ckpt), "--json", str(args.out / "diagnose.json"), *data_args, *small])
+    geohead_cli(["report", str(args.out)])
     return callback.monitor.history
 
 

@@ -165,6 +165,7 @@ def test_lightning_example_tiny(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "trained on FakeData" in out and "--data shapes" in out
     assert len(list(tmp_path.rglob("metrics.csv"))) == 1 and "$ geohead export" in out
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "monitors.png").is_file()  # the callback's JSONL
 
 
 def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_request():
