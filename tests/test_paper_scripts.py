@@ -129,3 +129,9 @@ def test_pretrained_dichotomy_table_on_the_synthetic_layouts(tmp_path) -> None:
     assert len(rows) == 6 and all(("compresses" in r) != ("expands" in r) for r in rows)
     results = json.loads((tmp_path / "results.json").read_text())
     assert all(r["pretrained"]["head_check"]["allclose"] for r in results.values())
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    page = CliRunner().invoke(main, ["report", str(tmp_path / results["synthetic vicreg"]["diagnose_json"]), "--out", str(tmp_path / "p")])
+    assert page.exit_code == 0 and (tmp_path / "p" / "report.html").is_file(), page.output

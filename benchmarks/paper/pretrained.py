@@ -11,6 +11,9 @@ and the guillotine probes (class kNN accuracy of backbone and head).
 ``--synthetic`` adds the small checkpoints of ``geohead.pretrained.synthetic`` (random weights in
 exactly the official layouts): they check the pipeline, their verdicts mean nothing.
 
+Each checkpoint's full report is written as ``OUT/<name>.diagnose.json`` (``geohead report`` makes
+its page), the table as ``OUT/tables.md``, the summary as ``OUT/results.json``.
+
     python benchmarks/paper/pretrained.py --synthetic                        # the layouts only
     python benchmarks/paper/pretrained.py runs/x/last.ckpt lightly.pt:barlow model.pth --data cifar10.npz
 """
@@ -110,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         except (ValueError, FileNotFoundError) as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             continue
-        results[name] = {"path": path, "seconds": round(time.perf_counter() - t0, 1), "orbit_summary": report["orbit_summary"],
+        slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).strip("_")
+        (args.out / f"{slug}.diagnose.json").write_text(json.dumps(report, indent=2) + "\n")  # geohead report reads it
+        results[name] = {"path": path, "diagnose_json": f"{slug}.diagnose.json", "seconds": round(time.perf_counter() - t0, 1), "orbit_summary": report["orbit_summary"],
                          "orbits": {f: report["orbits"][f]["compression"] for f in FAMILIES},
                          "hessian": report["hessian"], "probes": report.get("probes"), "source": report["source"],
                          "pretrained": report.get("pretrained")}
