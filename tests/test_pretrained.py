@@ -452,3 +452,22 @@ def test_diagnose_an_export_folder_with_its_head(tmp_path):
                               "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--img-size", "32"])
     res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "nohead"), *args])
     assert res.exit_code == 2 and "export again with --with-head" in res.output
+
+
+def test_every_torch_load_in_geohead_is_weights_only():
+    """The one place geohead unpickles, pretrained/read.py, passes weights_only=True; no other
+    torch.load call exists in the package."""
+    import ast
+    from pathlib import Path as _Path
+
+    import geohead
+
+    calls = []
+    for path in _Path(geohead.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
+                safe = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
+                           for k in node.keywords)
+                calls.append((path.name, safe))
+    assert calls == [("read.py", True)]
