@@ -293,14 +293,22 @@ def _rows(header: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
+def _read_lines(pre: dict[str, Any]) -> list[str]:
+    """What was read from a checkpoint trained elsewhere: layout, prefixes, the head check, notes."""
+    if not pre:
+        return []
+    check = pre.get("head_check")
+    line = (f"read: {pre.get('layout')} layout, backbone prefix {(pre.get('backbone') or {}).get('prefix')!r}, head prefix "
+            f"{pre.get('head_prefix')!r}; " + (f"head check vs {check['reference']}: max |difference| "
+                                               f"{fmt(check['max_abs_diff'])} (exact: {fmt(check['exact'])})" if check else "no head check"))
+    return [line] + [f"  note: {n}" for n in pre.get("notes", []) if n.startswith("no head")]
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The report as plain-text tables (every number printed with :func:`fmt`)."""
     src, data, e, h = report["source"], report["data"], report["escape"], report["hessian"]
     hs = src["head_spec"]
-    pre = report.get("pretrained") or {}
-    lines = [f"read: {pre.get('layout')} layout, backbone prefix {pre['backbone'].get('prefix')!r}, head prefix "
-             f"{pre.get('head_prefix')!r}; head check vs {pre['head_check']['reference']}: max |difference| "
-             f"{fmt(pre['head_check']['max_abs_diff'])} (exact: {fmt(pre['head_check']['exact'])})"] if pre.get("head_check") else []
+    lines = _read_lines(report.get("pretrained") or {})
     lines += [
         f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
         f"{hs.get('activation')} depth {hs.get('depth')} {hs.get('in_dim')}->{hs.get('hidden_dim')}->{hs.get('out_dim')}"

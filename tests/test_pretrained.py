@@ -284,8 +284,9 @@ def test_every_layout_exports_backbone_and_head_exactly(tmp_path, name):
     assert prov["objective"] == WRITERS[name][1] and prov["trained_elsewhere"]["layout"] == pt.layout.name
 
 
-def test_a_timm_backbone_file_exports_and_diagnose_says_what_it_needs(tmp_path):
-    """A backbone alone (timm's key names, no head): export infers it; diagnose asks for the head."""
+def test_a_timm_backbone_file_exports_and_diagnoses(tmp_path):
+    """A backbone alone (timm's key names, no head): export infers it; diagnose needs --method and
+    then measures the backbone through the identity head."""
     from click.testing import CliRunner
 
     from geohead.backbones import create_backbone
@@ -303,8 +304,18 @@ def test_a_timm_backbone_file_exports_and_diagnose_says_what_it_needs(tmp_path):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
         assert torch.equal(load_backbone(tmp_path / "e")(x), bb(x))
-    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), "--method", "barlow"])
-    assert res.exit_code == 2 and "holds a backbone only" in res.output and "diagnose_model" in res.output
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors")])
+    assert res.exit_code == 2 and "holds a backbone only" in res.output and "pass --method" in res.output
+    # with a method: the backbone alone, through the identity head (head numbers = backbone numbers)
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), "--method", "barlow", "--data", "shapes",
+                                    "--json", str(tmp_path / "d.json"), "--n-test", "48", "--n-train", "48",
+                                    "--orbit-images", "6", "--hessian-samples", "6", "--collapse-batch", "4", "--mode", "fast",
+                                    "--no-linear", "--families", "rotate", "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25"])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "d.json").read_text())
+    assert report["orbit_summary"]["head"] is None and "identity head" in res.output
+    assert report["collapse"]["head"]["rankme"] == pytest.approx(report["collapse"]["backbone"]["rankme"], rel=1e-5)
+    assert report["orbits"]["rotate"]["compression"] == pytest.approx(1.0, abs=1e-6)
 
 
 def test_export_backbone_takes_geohead_names_for_a_timm_model(tmp_path):

@@ -188,6 +188,13 @@ def orbit_summary(orbits: dict[str, Any]) -> dict[str, Any]:
             "compressing_families": sorted(k for k, o in orbits.items() if (o.get("compression") or 0) > 1)}
 
 
+def _is_identity(head: nn.Module) -> bool:
+    spec = getattr(head, "spec", None)
+    w = getattr(getattr(getattr(head, "mlp", None), "fc0", None), "weight", None)
+    return bool(spec is not None and spec.depth == 1 and spec.in_dim == spec.out_dim and w is not None
+                and torch.equal(w.detach().cpu(), torch.eye(spec.in_dim)))
+
+
 def _assemble(source: dict[str, Any], head: nn.Module, obj: nn.Module, predictor: Any, teacher: Any, enc: InputAdapter,
               data: Any, data_test: Any, test: Any, img_size: int, s: DiagnoseSettings, parts: dict[str, Any],
               seconds: dict[str, float]) -> dict[str, Any]:
@@ -206,11 +213,23 @@ def _assemble(source: dict[str, Any], head: nn.Module, obj: nn.Module, predictor
                  "mean": enc.mean.flatten().tolist(), "std": enc.std.flatten().tolist(), "in_chans": enc.in_chans},
         "settings": {**dataclasses.asdict(s), "families": list(s.families)},
         **{k: parts[k] for k in ("escape", "hessian", "density", "orbits", "collapse", "probes")},
-        "orbit_summary": orbit_summary(parts["orbits"]),
+        "orbit_summary": orbit_summary(parts["orbits"]) if not _is_identity(head) else
+        {"geometric_mean": 1.0, "head": None, "families": len(parts["orbits"]), "note": "identity head: no head measured"},
         "pretrained": source or None,
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
     }
     return report
+
+
+def identity_head(dim: int) -> nn.Module:
+    """A linear GeometricHead (dim -> dim, no bias) with W = I: the identity as a head, for a
+    backbone measured alone. Shapes: (B, dim) -> (B, dim)."""
+    from geohead.heads import GeometricHead
+
+    head = GeometricHead(dim, dim, depth=1, bias=False)
+    with torch.no_grad():
+        head.mlp.fc0.weight.copy_(torch.eye(dim))
+    return head.eval()
 
 
 def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
@@ -228,8 +247,13 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
     pt = load_pretrained(path, architecture=architecture, method=method, activation=activation, model_args=model_args,
                          img_size=img_size)
     if pt.head is None:
-        raise PretrainedError(f"{str(path)!r} holds a backbone only (layout {pt.layout.name}); the head geometry needs a head: "
-                              "geohead.diagnose_model(backbone, head, objective=...) with the head you trained")
+        if pt.method is None:
+            raise PretrainedError(f"{str(path)!r} holds a backbone only (layout {pt.layout.name}); the head geometry needs a "
+                                  "head (geohead.diagnose_model(backbone, head, objective=...) with the head you trained); "
+                                  "pass --method to measure the backbone alone, under that objective, with the identity head")
+        pt.head = identity_head(int(pt.backbone.geohead_config["num_features"]))
+        pt.layout.notes.append("no head in the checkpoint: measured with the identity head (a linear GeometricHead with "
+                               "W = I), so the head's numbers are the backbone's and orbit compression is 1")
     from geohead.objectives import OBJECTIVES
 
     if pt.method is not None and OBJECTIVES[pt.method].predictor_preset is not None and pt.predictor is None:
@@ -252,4 +276,4 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
                           source=record, objective_state=pt.layout.meta)
 
 
-__all__ = ["InputAdapter", "diagnose_model", "diagnose_pretrained", "orbit_summary"]
+__all__ = ["InputAdapter", "diagnose_model", "diagnose_pretrained", "identity_head", "orbit_summary"]
