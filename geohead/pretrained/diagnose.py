@@ -80,7 +80,9 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
 
     s = (settings or DiagnoseSettings()).validate()
     say = _Clock(progress)
-    device = torch.device(s.device if s.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu"))
+    from geohead.model import resolve_device
+
+    device = resolve_device(s.device)  # "cuda" without CUDA is a ValueError that says so
     obj = _objective(objective, head, objective_state)
     say("data", "data")
     test = load_dataset(data_test or data, root=data_root, train=False, n=s.n_test, img_size=img_size, seed=s.seed)
