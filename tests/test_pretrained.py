@@ -482,3 +482,32 @@ def test_every_torch_load_in_geohead_is_weights_only():
                            for k in node.keywords)
                 calls.append((path.name, safe))
     assert calls == [("read.py", True)]
+
+
+def test_lightly_dino_example_student_and_teacher_names(tmp_path):
+    """lightly's DINO example names its modules student_backbone / student_head / teacher_backbone /
+    teacher_head: the student is diagnosed, the teacher head is its target, --teacher exports the teacher."""
+    import timm
+    from lightly.models.modules import DINOProjectionHead
+
+    torch.manual_seed(0)
+    vit = timm.create_model("vit_small_patch16_224", img_size=16, patch_size=4, embed_dim=64, depth=1, num_heads=1,
+                            num_classes=0)
+    with warnings.catch_warnings():  # lightly's DINO head calls the deprecated nn.utils.weight_norm
+        warnings.simplefilter("ignore", FutureWarning)
+        student, teacher = DINOProjectionHead(64, 32, 16, 24).eval(), DINOProjectionHead(64, 32, 16, 24).eval()
+    ema = {k: v + 0.001 for k, v in vit.state_dict().items()}
+    state = {**{f"student_backbone.{k}": v for k, v in vit.state_dict().items()},
+             **{f"student_head.{k}": v for k, v in student.state_dict().items()},
+             **{f"teacher_backbone.{k}": v for k, v in ema.items()},
+             **{f"teacher_head.{k}": v for k, v in teacher.state_dict().items()}}
+    torch.save({"state_dict": state, "pytorch-lightning_version": "2.2.0"}, tmp_path / "dino.ckpt")
+    pt = load_pretrained(tmp_path / "dino.ckpt")
+    z, x = torch.randn(3, 64), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        assert pt.method == "dino" and pt.layout.backbone_prefix == "student_backbone."
+        assert torch.equal(pt.head(z), student(z)) and torch.equal(pt.teacher_head(z), teacher(z))
+        assert torch.equal(pt.backbone(x), vit.eval()(x))
+        t = load_pretrained(tmp_path / "dino.ckpt", teacher=True)
+        assert torch.equal(t.head(z), teacher(z)) and not torch.equal(t.backbone(x), pt.backbone(x))
+    assert not any("left out" in n for n in pt.layout.notes)

@@ -24,7 +24,10 @@ from torch import Tensor
 from geohead.pretrained.read import PretrainedError
 
 #: Where a head may sit, in the order tried.
-HEAD_PREFIXES = ("projection_head.", "projector.", "head.", "projection.", "model.head.", "model.projector.")
+HEAD_PREFIXES = ("projection_head.", "projector.", "head.", "projection.", "model.head.", "model.projector.",
+                 "student_head.", "student_projection_head.")
+#: Names of the EMA teacher / momentum branch: never taken as the (student) backbone.
+_TEACHER_WORDS = ("teacher", "momentum", "target", "ema")
 #: Where a predictor (BYOL, SimSiam) may sit.
 PREDICTOR_PREFIXES = ("prediction_head.", "predictor.", "model.predictor.")
 #: Keys that mark a backbone, relative to its prefix.
@@ -93,6 +96,7 @@ def _backbone_prefix(state: dict[str, Tensor]) -> str | None:
                     (k == a or k[: -len(a)].endswith("."))}, key=len)
     # "layer1.0.conv1.weight" ends with conv1.weight too: a prefix must not sit inside a ResNet stage
     found = [p for p in found if not any(seg.startswith("layer") for seg in p.split(".")) and "blocks." not in p]
+    found.sort(key=lambda p: (any(w in p for w in _TEACHER_WORDS), len(p), p))  # the student's, deterministically
     return found[0] if found else None
 
 
@@ -197,12 +201,18 @@ def split(obj: Any, kind: str, require_head: bool = True) -> Layout:
         layout.head_prefix = head_prefix
         if teacher is not None and any(k.startswith(head_prefix) for k in teacher):
             layout.teacher_head, _, layout.teacher_last_layer = _split_head(teacher, head_prefix)
+        twin = head_prefix.replace("student_", "teacher_")  # lightly's DINO: student_head / teacher_head side by side
+        if twin != head_prefix and any(k.startswith(twin) for k in state):
+            layout.teacher_head, _, layout.teacher_last_layer = _split_head(state, twin)
+            twin_bb = prefix.replace("student_", "teacher_")
+            layout.teacher_backbone = _under(state, twin_bb) if twin_bb != prefix else None
     if teacher is not None and any(k.startswith(prefix) for k in teacher):
         layout.teacher_backbone = _under(teacher, prefix)
     pred_prefix = next((p for p in PREDICTOR_PREFIXES if any(k.startswith(p) for k in state)), None)
     if pred_prefix is not None:
         layout.predictor, layout.predictor_style, _ = _split_head(state, pred_prefix)
-    used = tuple(p for p in (head_prefix, pred_prefix) if p)
+    used = tuple(p for p in (head_prefix, pred_prefix, head_prefix and head_prefix.replace("student_", "teacher_"),
+                             prefix.replace("student_", "teacher_") if "student_" in prefix else None) if p)
     rest = sorted(k for k in state if not k.startswith(prefix) and not (used and k.startswith(used)))
     if rest:
         layout.notes.append(f"left out {len(rest)} tensors outside backbone and head (e.g. {rest[0]!r})")
