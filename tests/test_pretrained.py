@@ -463,6 +463,8 @@ def test_diagnose_an_export_folder_with_its_head(tmp_path):
                               "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25", "--img-size", "32"])
     res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "nohead"), *args])
     assert res.exit_code == 2 and "export again with --with-head" in res.output
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "nohead"), *args, "--method", "barlow"])
+    assert res.exit_code == 0 and json.loads(out.read_text())["orbit_summary"]["head"] is None, res.output
 
 
 def test_every_torch_load_in_geohead_is_weights_only():

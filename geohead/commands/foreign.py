@@ -124,24 +124,28 @@ def _diagnose_export(source: str, data: str | None, data_test: str | None, data_
     """``geohead diagnose`` of an export folder written with ``--with-head``: its timm backbone and
     GeometricHead, the objective and preprocessing its config.json records (flags override them)."""
     from geohead.export import load_backbone, load_head, read_config
-    from geohead.pretrained.diagnose import diagnose_model
+    from geohead.pretrained.diagnose import diagnose_model, identity_head
     from geohead.pretrained.read import PretrainedError
 
     config = read_config(source)
     g, pc = config["geohead"], config.get("pretrained_cfg", {})
-    if not (g.get("files") or {}).get("head"):
+    has_head = bool((g.get("files") or {}).get("head"))
+    if not has_head and method is None:
         raise PretrainedError(f"{source!r} is an export without its head; the head geometry needs one: export again "
-                              "with --with-head, or use geohead.diagnose_model(backbone, head, ...) with your head")
+                              "with --with-head, or pass --method to measure the backbone alone through the identity head")
     objective = method or (g.get("provenance") or {}).get("objective")
     if objective is None:
         raise PretrainedError(f"{source!r} records no objective; pass --method (barlow, vicreg, simclr, byol, simsiam, dino)")
     size = img_size or int((pc.get("input_size") or [3, 32, 32])[-1])
-    return diagnose_model(load_backbone(source), load_head(source), objective, data=data or "shapes", data_test=data_test,
+    backbone = load_backbone(source)
+    head = load_head(source) if has_head else identity_head(int(g["backbone"]["num_features"]))
+    return diagnose_model(backbone, head, objective, data=data or "shapes", data_test=data_test,
                           data_root=data_root, mean=mean or pc.get("mean"), std=std or pc.get("std"), img_size=size,
                           settings=settings, progress=progress,
                           source={"source": str(source), "layout": "geohead export", "method": objective,
                                   "backbone": {"name": g["backbone"].get("name"), "prefix": ""}, "head_prefix": None,
-                                  "head_check": None, "notes": []})
+                                  "head_check": None,
+                                  "notes": [] if has_head else ["no head in the export: measured with the identity head"]})
 
 
 __all__ = ["foreign_flags", "foreign_options", "is_export_folder", "is_geohead_source", "parse_floats", "parse_model_args", "run_foreign"]
