@@ -1,23 +1,29 @@
-"""lightly's Barlow Twins example with its projection head replaced by a GeometricHead, and
-geohead's collapse monitors attached with forward hooks: nothing else in the loop changes.
+"""lightly's Barlow Twins pipeline, as lightly's docs write it, with geohead watching and reading it.
 
-lightly's model (https://docs.lightly.ai, "Barlow Twins")::
+Everything in the training loop is lightly's or torch's: lightly's ``BYOLTransform`` views
+(Barlow Twins' own augmentations are BYOL's asymmetric pair) through a ``DataLoader``, a timm ResNet-18, lightly's
+``BarlowTwinsProjectionHead`` and ``BarlowTwinsLoss``, SGD. Data: the CIFAR-10 arrays of
+``../shared/data`` when present (``--data PATH.npz``), else torchvision's ``FakeData``. geohead
+adds only:
 
-    self.projection_head = BarlowTwinsProjectionHead(512, 2048, 2048)
+1. ``GeometryMonitor`` (forward hooks, nothing in the loop changes): RankMe, α-ReQ, std of
+   normalised outputs of backbone and head every ``--every`` steps, into ``OUT/geometry.jsonl``;
+2. after training, the checkpoint lightly users write, ``torch.save(model.state_dict())``
+   (``OUT/barlow.pt``: ``backbone.*`` + ``projection_head.layers.N.*``), then the command lines
+   anyone can run on it: ``geohead export`` (the backbone for timm, with the normalisation used
+   here), ``geohead diagnose`` (the head rebuilt as a GeometricHead, checked against lightly's
+   module, its geometry measured) and ``geohead report OUT`` (monitor curves + geometry).
 
-becomes, with the same shape (Linear-BN-act twice, then Linear) and SiLU instead of ReLU::
+Reading the head's RankMe: a Barlow Twins head's output is *meant* to have a high effective
+rank (the loss decorrelates its dimensions); a head RankMe far below its width (say 4 of 512)
+early in training, or on a tiny run like the test's, means the embeddings span a few
+directions only: dimensional collapse, or simply too few steps/images to estimate (RankMe of
+N samples is at most N). Compare it with the backbone's RankMe and watch the trend, not one value.
 
-    self.projection_head = GeometricHead(512, 2048, hidden_dim=2048)
+Run (``OMP_NUM_THREADS=1``; times in the README)::
 
-The loss stays lightly's ``BarlowTwinsLoss``; the monitor's H_eff records use it too. Data: the
-built-in shapes, with geohead's on-device Barlow Twins views (lightly's torchvision transforms
-work the same, slower on a CPU). Needs ``pip install "geohead[lightly]"``.
-
-Run (25 s with OMP_NUM_THREADS=1 on a 2-core machine shared with other jobs; with two threads
-there, contention made it 2.5 minutes)::
-
-    python examples/lightly_barlow.py
-    python examples/lightly_barlow.py --n 64 --steps 4 --batch 32 --every 2   # a few seconds
+    python examples/lightly_barlow.py --out runs/lightly_barlow
+    python examples/lightly_barlow.py --n 32 --steps 2 --batch 8 --width 8 --lr 1e-4 --quick   # seconds
 """
 from __future__ import annotations
 
@@ -25,87 +31,129 @@ import argparse
 import time
 from pathlib import Path
 
+import numpy as np
+import timm
 import torch
 from lightly.loss import BarlowTwinsLoss
+from lightly.models.modules import BarlowTwinsProjectionHead
+from lightly.transforms import BYOLTransform, BYOLView1Transform, BYOLView2Transform
+from lightly.transforms.utils import IMAGENET_NORMALIZE
+from PIL import Image
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
-from geohead import GeometricHead
-from geohead.backbones import create_backbone, feature_dim
-from geohead.data import make_shapes, make_view_fn
-from geohead.features import extract
 from geohead.monitor import GeometryMonitor
-from geohead.probes.knn import knn_accuracy
+
+#: The CIFAR-10 arrays beside the project (see ../shared/data/README.md), used when present.
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+class ArrayImages(Dataset):
+    """Images of an .npz (``images`` uint8 (N, H, W, 3), ``labels``) as (transform(PIL image), label)."""
+
+    def __init__(self, path: Path, n: int, transform) -> None:
+        with np.load(path) as z:
+            self.images, self.labels = z["images"][:n], z["labels"][:n]
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        return self.transform(Image.fromarray(self.images[i])), int(self.labels[i])
 
 
 class BarlowTwins(nn.Module):
-    """lightly's ``BarlowTwins`` module, head swapped."""
+    """lightly's ``BarlowTwins`` module (lightly's examples/pytorch/barlowtwins.py) with a timm backbone."""
 
-    def __init__(self, backbone: nn.Module, feat_dim: int, hidden_dim: int, out_dim: int) -> None:
+    def __init__(self, backbone: nn.Module, hidden_dim: int, out_dim: int) -> None:
         super().__init__()
         self.backbone = backbone
-        # was: BarlowTwinsProjectionHead(feat_dim, hidden_dim, out_dim)
-        self.projection_head = GeometricHead(feat_dim, out_dim, hidden_dim=hidden_dim)
+        self.projection_head = BarlowTwinsProjectionHead(backbone.num_features, hidden_dim, out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.projection_head(self.backbone(x).flatten(start_dim=1))
 
 
-def knn(backbone: nn.Module, train, test, mean, std) -> float:
-    f_train, _ = extract(backbone, None, train.images, mean, std)
-    f_test, _ = extract(backbone, None, test.images, mean, std)
-    return knn_accuracy(f_train, train.labels, f_test, test.labels, k=min(20, len(train.labels)))
+def dataset(args: argparse.Namespace, transform) -> tuple[Dataset, str]:
+    if args.data is not None and not args.data.is_file():
+        raise SystemExit(f"--data {args.data} does not exist")
+    npz = args.data or (SHARED / "cifar10_train_10k.npz")
+    if Path(npz).is_file():
+        return ArrayImages(Path(npz), args.n, transform), str(npz)
+    from torchvision.datasets import FakeData
+
+    return FakeData(size=args.n, image_size=(3, 32, 32), num_classes=10, transform=transform), "FakeData"
+
+
+def geohead_cli(args: list[str]) -> None:
+    """``geohead ARGS`` in this process (what the shell command does), echoing the command line."""
+    from geohead.cli import main
+
+    print("\n$ geohead " + " ".join(args), flush=True)
+    main.main(args, standalone_mode=False)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=int, default=4000, help="shapes training images")
-    p.add_argument("--n-test", type=int, default=1000, help="shapes images for the kNN check")
-    p.add_argument("--steps", type=int, default=80)
+    p.add_argument("--data", type=Path, default=None, help="an .npz of training images (default: ../shared/data's CIFAR-10)")
+    p.add_argument("--n", type=int, default=2048, help="training images")
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--every", type=int, default=20, help="steps between monitor records")
-    p.add_argument("--hessian-every", type=int, default=2, help="H_eff on every K-th record (0: off)")
-    p.add_argument("--backbone", default="resnet18_w16")
+    p.add_argument("--width", type=int, default=64, help="ResNet-18's first stage width (64: the standard ResNet-18)")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--out-dim", type=int, default=512)
-    p.add_argument("--lr", type=float, default=0.06)
-    p.add_argument("--log", type=Path, default=None, help="also write the records here (.jsonl or .csv)")
+    p.add_argument("--every", type=int, default=10, help="steps between monitor records")
+    p.add_argument("--lr", type=float, default=0.06, help="SGD learning rate (lightly's; tiny batches need less)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader workers")
+    p.add_argument("--out", type=Path, default=Path("runs/lightly_barlow"))
+    p.add_argument("--quick", action="store_true", help="a small diagnosis (for tests)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
     torch.manual_seed(args.seed)
-    train, test = make_shapes(args.n, seed=args.seed), make_shapes(args.n_test, seed=args.seed + 1)
-    views = make_view_fn("barlow", 32, train.mean, train.std, hue=0.5, crop_scale=(0.3, 1.0))
-    backbone = create_backbone(args.backbone, channels_last=False)
-    model = BarlowTwins(backbone, feature_dim(backbone), args.hidden, args.out_dim)
-    criterion = BarlowTwinsLoss()
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    g = torch.Generator().manual_seed(args.seed)
-    knn_before = knn(backbone, train, test, train.mean, train.std)
+    transform = BYOLTransform(view_1_transform=BYOLView1Transform(input_size=32, gaussian_blur=0.0),
+                              view_2_transform=BYOLView2Transform(input_size=32, gaussian_blur=0.0))
+    data, source = dataset(args, transform)
+    loader = DataLoader(data, batch_size=args.batch, shuffle=True, drop_last=True, num_workers=args.workers)
+    w = args.width
+    backbone = timm.create_model("resnet18", num_classes=0, channels=[w, 2 * w, 4 * w, 8 * w], stem_width=w)
+    model = BarlowTwins(backbone, args.hidden, args.out_dim)
+    criterion, optimizer = BarlowTwinsLoss(), torch.optim.SGD(model.parameters(), lr=args.lr)  # lightly's example: 0.06
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "geometry.jsonl").unlink(missing_ok=True)
 
-    monitor = GeometryMonitor(model.backbone, model.projection_head, every=args.every, calls_per_step=2,
-                              objective=criterion, hessian_every=args.hessian_every, log_file=args.log)
-    t0 = time.perf_counter()
-    with monitor:
+    t0, step = time.perf_counter(), 0
+    with GeometryMonitor(model.backbone, model.projection_head, every=args.every, calls_per_step=2,
+                         log_file=args.out / "geometry.jsonl") as monitor:
         model.train()
-        for step in range(args.steps):
-            idx = torch.randint(0, len(train.images), (args.batch,), generator=g)
-            x0, x1 = views(train.images[idx], generator=g)
-            z0, z1 = model(x0), model(x1)
-            loss = criterion(z0, z1)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    seconds = time.perf_counter() - t0
-
-    print(f"{'step':>5s} {'RankMe bb':>9s} {'RankMe head':>11s} {'std head':>8s} {'α-ReQ head':>10s} "
-          f"{'λ_min H_eff':>11s} {'‖M‖/‖H‖':>8s}")
+        while step < args.steps:
+            for (x0, x1), _ in loader:
+                loss = criterion(model(x0), model(x1))
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                step += 1
+                if step == args.steps:
+                    break
+    print(f"{args.steps} steps on {source} in {time.perf_counter() - t0:.1f} s, final loss {loss.item():.2f}")
     for r in monitor.history:
-        hess = (f"{r['hessian_lambda_min']:11.3g} {r['m_over_h']:8.3f}" if "m_over_h" in r else f"{'':11s} {'':8s}")
-        print(f"{r['step']:5d} {r['rankme_backbone']:9.1f} {r['rankme_head']:11.1f} {r['std_head']:8.4f} "
-              f"{r['alpha_req_head']:10.2f} {hess}")
-    print(f"{args.steps} steps in {seconds:.1f} s, final loss {loss.item():.2f}; backbone kNN accuracy "
-          f"(shape class, chance {1 / len(train.class_names):.2f}): {knn_before:.3f} -> "
-          f"{knn(backbone, train, test, train.mean, train.std):.3f}")
+        print(f"  step {r['step']:4d}: RankMe backbone {r['rankme_backbone']:6.1f}, head {r['rankme_head']:6.1f} "
+              f"of {args.out_dim}; std head {r['std_head']:.4f} (healthy {r['std_healthy_head']:.4f})")
+
+    ckpt = args.out / "barlow.pt"
+    torch.save(model.state_dict(), ckpt)  # the checkpoint a lightly user writes
+    mean, std = (",".join(f"{v:g}" for v in IMAGENET_NORMALIZE[k]) for k in ("mean", "std"))
+    test = SHARED / "cifar10_test.npz"
+    data_args = ["--data", str(args.data or SHARED / "cifar10_train_10k.npz"), "--data-test", str(test)] if source != "FakeData" \
+        and test.is_file() else ["--data", "shapes"]
+    small = ["--n-test", "32", "--n-train", "32", "--orbit-images", "4", "--hessian-samples", "4", "--collapse-batch", "4",
+             "--mode", "fast", "--families", "rotate,crop", "--no-linear"] if args.quick else ["--n-test", "500", "--n-train", "1000"]
+    geohead_cli(["export", str(ckpt), "--out", str(args.out / "export"), "--overwrite", "--with-head", "--method", "barlow",
+                 "--mean", mean, "--std", std, "--img-size", "32"])
+    geohead_cli(["diagnose", str(ckpt), "--method", "barlow", "--mean", mean, "--std", std, "--img-size", "32",
+                 "--json", str(args.out / "diagnose.json"), *data_args, *small])
+    geohead_cli(["report", str(args.out)])
     return monitor.history
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from geohead._version import __version__
 from geohead.heads import GeometricHead, HeadSpec
 
-__all__ = ["GeometricHead", "HeadSpec", "__version__", "export_backbone", "load_backbone"]
+__all__ = ["GeometricHead", "HeadSpec", "__version__", "diagnose_model", "export_backbone", "load_backbone", "load_pretrained"]
 
 #: Attributes loaded on first access, so that ``import geohead`` stays light (PEP 562).
-_LAZY = {"export_backbone": "geohead.export", "load_backbone": "geohead.export"}
+_LAZY = {"export_backbone": "geohead.export", "load_backbone": "geohead.export",
+         "diagnose_model": "geohead.pretrained.diagnose", "load_pretrained": "geohead.pretrained"}
 
 
 def __getattr__(name: str):

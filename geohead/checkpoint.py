@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from geohead.filekind import read_error
 from geohead.io import SafetensorsReadError, read_safetensors, save_safetensors, tensor_checksum
 
 FORMAT = "geohead.checkpoint/1"
@@ -65,7 +66,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     try:
         tensors, header = read_safetensors(path, "checkpoint")
     except SafetensorsReadError as exc:
-        raise CheckpointError(str(exc)) from None
+        raise CheckpointError(read_error(path, "checkpoint", str(exc))) from None  # names Lightning/torch files
     if header.get("format") != FORMAT:
         raise CheckpointError(f"{str(path)!r} is a safetensors file but not a geohead checkpoint (format={header.get('format')!r})")
     want = header.pop("checksum", None)  # checkpoints written before checksums have none

@@ -293,11 +293,23 @@ def _rows(header: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
+def _read_lines(pre: dict[str, Any]) -> list[str]:
+    """What was read from a checkpoint trained elsewhere: layout, prefixes, the head check, notes."""
+    if not pre:
+        return []
+    check = pre.get("head_check")
+    line = (f"read: {pre.get('layout')} layout, backbone prefix {(pre.get('backbone') or {}).get('prefix')!r}, head prefix "
+            f"{pre.get('head_prefix')!r}; " + (f"head check vs {check['reference']}: max |difference| "
+                                               f"{fmt(check['max_abs_diff'])} (exact: {fmt(check['exact'])})" if check else "no head check"))
+    return [line] + [f"  note: {n}" for n in pre.get("notes", []) if n.startswith("no head")]
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The report as plain-text tables (every number printed with :func:`fmt`)."""
     src, data, e, h = report["source"], report["data"], report["escape"], report["hessian"]
     hs = src["head_spec"]
-    lines = [
+    lines = _read_lines(report.get("pretrained") or {})
+    lines += [
         f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
         f"{hs.get('activation')} depth {hs.get('depth')} {hs.get('in_dim')}->{hs.get('hidden_dim')}->{hs.get('out_dim')}"
         f" | step {src['step']}/{src['total_steps']}",
@@ -334,6 +346,10 @@ def format_table(report: dict[str, Any]) -> str:
         rows.append([name, o["compression"], o["compression_paper_l2"], o["compression_paper_var"], t.get("invariance"),
                      t.get("killed_fraction"), f"{fmt(t.get('rank_backbone'))}->{fmt(t.get('rank_head'))}"])
     lines += _rows(["family", "relative", "paper_l2", "paper_var", "tangent gain", "killed", "Fisher rank"], rows)
+    summary = report.get("orbit_summary") or {}
+    if summary.get("head"):
+        lines.append(f"  the head {summary['head']} augmentation orbits (geometric mean of 'relative' over "
+                     f"{summary['families']} families: {fmt(summary['geometric_mean'])})")
     lines += ["", "Collapse monitors (test features)"]
     lines += _rows(
         ["space", "RankMe", "alpha-ReQ", "std", "healthy std", "condition", "rank/dim"],

@@ -14,7 +14,7 @@ def run_probes(cfg: TrainConfig, model: SSLModel, train_data: Any, device: torch
                load_dataset: Callable[..., Any]) -> dict[str, Any]:
     """kNN and linear probes on backbone vs head outputs, for the class and the data's factors."""
     from geohead.features import extract
-    from geohead.probes import factor_targets, guillotine_report
+    from geohead.probes import guillotine_report
 
     test_name = cfg.data.test or cfg.data.name
     test = load_dataset(test_name, root=cfg.data.root, train=False, download=cfg.data.download,
@@ -23,16 +23,26 @@ def run_probes(cfg: TrainConfig, model: SSLModel, train_data: Any, device: torch
     cl = model.channels_last
     fb_tr, fh_tr = extract(model.backbone, model.head, tr.images, train_data.mean, train_data.std, device, channels_last=cl)
     fb_te, fh_te = extract(model.backbone, model.head, test.images, train_data.mean, train_data.std, device, channels_last=cl)
-    targets = {"class": (tr.labels, test.labels)}
-    if cfg.probe.factors and tr.factors and test.factors:
-        for name, values in tr.factors.items():
-            if name not in test.factors:
-                continue
-            kind = "categorical" if tr.factor_kinds.get(name) == "categorical" else "continuous"
-            y_tr, edges = factor_targets(values, kind=kind, bins=cfg.probe.factor_bins)
-            y_te, _ = factor_targets(test.factors[name], kind=kind, bins=cfg.probe.factor_bins, edges=edges)
-            targets[name] = (y_tr, y_te)
+    targets = probe_targets(tr, test, cfg.probe.factors, cfg.probe.factor_bins)
     probes = ("knn", "linear") if cfg.probe.linear else ("knn",)
     report = guillotine_report(fb_tr, fh_tr, fb_te, fh_te, targets, probes=probes,
                                knn_kwargs={"k": cfg.probe.knn_k, "temperature": cfg.probe.knn_t})
     return report.to_dict()
+
+
+def probe_targets(train: Any, test: Any, factors: bool = True, bins: int = 4) -> dict[str, tuple[Any, Any]]:
+    """The probes' targets: ``class``, and each nuisance factor both splits record (the shapes
+    data's), binned into ``bins`` classes on the training split's quantiles when continuous.
+    Values: (train labels (N,), test labels (M,))."""
+    from geohead.probes import factor_targets
+
+    targets = {"class": (train.labels, test.labels)}
+    if factors and train.factors and test.factors:
+        for name, values in train.factors.items():
+            if name not in test.factors:
+                continue
+            kind = "categorical" if train.factor_kinds.get(name) == "categorical" else "continuous"
+            y_tr, edges = factor_targets(values, kind=kind, bins=bins)
+            y_te, _ = factor_targets(test.factors[name], kind=kind, bins=bins, edges=edges)
+            targets[name] = (y_tr, y_te)
+    return targets

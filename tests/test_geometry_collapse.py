@@ -224,3 +224,17 @@ def test_monitor_bad_input() -> None:
         normalized_std(torch.tensor([[1.0, float("nan")], [0.0, 1.0]]))
     with pytest.raises(ValueError, match="at least 2"):
         within_rank_condition(torch.ones(1, 3))
+
+
+def test_alpha_req_of_embeddings_wider_than_the_batch_uses_the_gram_matrix() -> None:
+    """k > N (DINO's prototypes): the same α as the k x k covariance, without forming it."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(12, 300, generator=g, dtype=torch.float64) * torch.linspace(3.0, 0.1, 300, dtype=torch.float64)
+    xc = x - x.mean(0)
+    lam = torch.linalg.eigvalsh(xc.T @ xc / 11).flip(0)  # the reference: the covariance itself
+    lam = lam[lam > 1e-6 * lam[0]]
+    lx = torch.log(torch.arange(1, lam.numel() + 1, dtype=torch.float64))
+    want = -float(((lx - lx.mean()) * (torch.log(lam) - torch.log(lam).mean())).sum() / ((lx - lx.mean()) ** 2).sum())
+    assert alpha_req(x) == pytest.approx(want, rel=1e-9)
+    wide = torch.randn(8, 65536, generator=g)  # a 65536 x 65536 covariance would need 34 GB
+    assert math.isfinite(alpha_req(wide))

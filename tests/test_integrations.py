@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
 
@@ -70,6 +71,7 @@ def _fit(callback: GeometryCallback, steps: int) -> tuple[_Module, _Capture]:
                         log_every_n_steps=1)
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
     module.trainer_metrics = dict(trainer.callback_metrics)
+    module.trainer_progress_bar = dict(trainer.progress_bar_metrics)
     return module, logger
 
 
@@ -77,16 +79,19 @@ def test_callback_records_every_n_steps_logs_each_record_once_and_detaches():
     callback = GeometryCallback(every=2, objective="criterion", hessian_every=2)
     module, logger = _fit(callback, steps=5)
     history = callback.monitor.history
-    assert [r["step"] for r in history] == [0, 2, 4]
-    for rec in history:  # the values of the step's training forward
-        f, z = module.seen[rec["step"]]
+    assert [r["step"] for r in history] == [2, 4]  # counted from 1, as GeometryMonitor counts
+    for rec in history:  # the values of the step's training forward (step s is batch s - 1)
+        f, z = module.seen[rec["step"] - 1]
         assert rec["rankme_backbone"] == rankme(f) and rec["rankme_head"] == rankme(z)
     assert "hessian_lambda_min" in history[0] and "hessian_lambda_min" not in history[1]
-    assert math.isfinite(history[2]["m_over_h"])
+    assert math.isfinite(history[0]["m_over_h"])
     geometry_rows = [(s, m) for s, m in logger.rows if any(k.startswith("geometry/") for k in m)]
-    assert [s for s, _ in geometry_rows] == [0, 2, 4]
+    assert [s for s, _ in geometry_rows] == [2, 4]
     for (_, m), rec in zip(geometry_rows, history):
         assert m["geometry/rankme_head"] == rec["rankme_head"] and m["geometry/std_backbone"] == rec["std_backbone"]
+        # constants and timings stay in the history, not in the logged scalars
+        assert not any(k.endswith(("seconds", "batch")) or "healthy" in k for k in m)
+        assert "monitor_seconds" in rec and "std_healthy_head" in rec
     assert float(module.trainer_metrics["geometry/rankme_head"]) == pytest.approx(history[-1]["rankme_head"])
     assert not callback.monitor.attached
     assert not module.encoder._forward_hooks and not module.projector._forward_hooks
@@ -99,7 +104,7 @@ def test_a_second_fit_records_again():
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     data = torch.utils.data.TensorDataset(torch.randn(64, 3, 2, 2))
     trainer.fit(module, torch.utils.data.DataLoader(data, batch_size=16))
-    assert [r["step"] for r in callback.monitor.history] == [0] + [0, 2]  # a new Trainer counts from 0
+    assert [r["step"] for r in callback.monitor.history] == [2] + [2, 4]  # a new Trainer counts from 1 again
     assert not callback.monitor.attached
 
 
@@ -127,18 +132,56 @@ def _load(name: str):
 
 
 def test_lightly_example_tiny(tmp_path, capsys):
-    history = _load("lightly_barlow").main(["--n", "64", "--n-test", "40", "--steps", "4", "--batch", "16",
-                                            "--every", "2", "--hessian-every", "2", "--hidden", "32",
-                                            "--out-dim", "32", "--log", str(tmp_path / "m.jsonl")])
-    assert [r["step"] for r in history] == [2, 4]
-    assert math.isfinite(history[0]["hessian_lambda_min"]) and "hessian_lambda_min" not in history[1]
-    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 2
-    assert "backbone kNN accuracy" in capsys.readouterr().out
+    """lightly's pipeline end to end at a tiny size: trains, writes its state_dict, and geohead
+    exports, diagnoses (the head rebuilt exactly from lightly's) and reports it."""
+    history = _load("lightly_barlow").main(["--n", "32", "--steps", "2", "--batch", "8", "--width", "8", "--lr", "1e-4",
+                                            "--every", "1", "--quick", "--out", str(tmp_path)])
+    assert [r["step"] for r in history] == [1, 2]
+    assert len((tmp_path / "geometry.jsonl").read_text().splitlines()) == 2
+    report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert report["pretrained"]["layout"] == "lightly" and report["pretrained"]["head_check"]["exact"]
+    assert report["data"]["mean"] == pytest.approx([0.485, 0.456, 0.406])  # lightly's ImageNet normalisation, as given
+    cfg = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert cfg["pretrained_cfg"]["std"] == pytest.approx([0.229, 0.224, 0.225]) and (tmp_path / "export" / "head.json").is_file()
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "monitors.png").is_file()  # the monitor JSONL plotted
+    out = capsys.readouterr().out
+    assert "$ geohead diagnose" in out and "the head " in out
 
 
 def test_lightning_example_tiny(tmp_path, capsys):
-    history = _load("lightning_monitor").main(["--n", "64", "--steps", "4", "--batch", "16", "--every", "2",
-                                               "--out", str(tmp_path)])
-    assert [r["step"] for r in history] == [0, 2]
+    """Lightning end to end at a tiny size: the .ckpt Lightning writes is exported and diagnosed
+    with no flags (method, head spec, normalisation come from its hyper-parameters)."""
+    example = _load("lightning_monitor")
+    example.SHARED = tmp_path / "absent"  # no CIFAR arrays: torchvision's FakeData, diagnosed on shapes
+    history = example.main(["--n", "32", "--steps", "2", "--batch", "8", "--width", "8", "--lr", "1e-4",
+                                               "--every", "1", "--quick", "--out", str(tmp_path)])
+    assert [r["step"] for r in history] == [1, 2]
+    report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert report["source"]["objective"] == "barlow" and report["source"]["head_spec"]["activation"] == "silu"
+    assert report["pretrained"]["head_check"]["exact"]
+    cfg = json.loads((tmp_path / "export" / "config.json").read_text())
+    assert cfg["pretrained_cfg"]["mean"] == pytest.approx([0.4914, 0.4822, 0.4465])
+    assert cfg["geohead"]["provenance"]["objective"] == "barlow"
     out = capsys.readouterr().out
-    assert "logged by Lightning" in out and len(list(tmp_path.rglob("metrics.csv"))) == 1
+    assert "trained on FakeData" in out and "--data shapes" in out
+    assert len(list(tmp_path.rglob("metrics.csv"))) == 1 and "$ geohead export" in out
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "monitors.png").is_file()  # the callback's JSONL
+
+
+def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_request():
+    """The same loop under GeometryMonitor(every=2) and GeometryCallback(every=2): the same steps,
+    the same values; prog_bar puts the values in the progress bar, log_all logs the constants too."""
+    from geohead.monitor import GeometryMonitor
+
+    callback = GeometryCallback(every=2, prog_bar=True, log_all=True)
+    module, logger = _fit(callback, steps=4)
+    torch.manual_seed(0)
+    plain = _Module()
+    data = torch.utils.data.TensorDataset(torch.randn(64, 3, 2, 2))
+    with GeometryMonitor(plain.encoder, plain.projector, every=2) as monitor:
+        for (x,) in torch.utils.data.DataLoader(data, batch_size=16):
+            plain.projector(plain.encoder(x))
+    assert [r["step"] for r in monitor.history] == [r["step"] for r in callback.monitor.history] == [2, 4]
+    rows = [m for _, m in logger.rows if "geometry/rankme_head" in m]
+    assert "geometry/std_healthy_head" in rows[0] and "geometry/monitor_seconds" in rows[0]
+    assert "geometry/rankme_head" in module.trainer_progress_bar

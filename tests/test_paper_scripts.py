@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,21 @@ def test_script_smoke(script: str, tmp_path, shared_data) -> None:
     res = json.loads((out / "results.json").read_text())
     assert res["scale"] == "smoke" and res["wall_s"] > 0
     assert (out / "tables.md").read_text().startswith("**")
+
+
+@pytest.mark.slow
+def test_pretrained_dichotomy_table_on_the_synthetic_layouts(tmp_path) -> None:
+    """benchmarks/paper/pretrained.py end to end on the six synthetic layouts (~15 s on 2 cores)."""
+    proc = subprocess.run([sys.executable, str(PAPER / "pretrained.py"), "--synthetic", "--scale", "smoke", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| synthetic")]
+    assert len(rows) == 6 and all(("compresses" in r) != ("expands" in r) for r in rows)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert all(r["pretrained"]["head_check"]["allclose"] for r in results.values())
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    page = CliRunner().invoke(main, ["report", str(tmp_path / results["synthetic vicreg"]["diagnose_json"]), "--out", str(tmp_path / "p")])
+    assert page.exit_code == 0 and (tmp_path / "p" / "report.html").is_file(), page.output

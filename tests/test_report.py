@@ -131,3 +131,25 @@ def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch) -> None:
     html_text = (folder / "report.html").read_text()
     assert embedded(html_text) == [(folder / "criteria_vs_accuracy.png").read_bytes(), (folder / "pareto.png").read_bytes()]
     assert "geohead search report: barlow" in html_text and "geohead.HeadSpec" in html_text
+
+
+def test_report_plots_a_folder_of_monitor_jsonl_only(tmp_path) -> None:
+    """geohead report on what GeometryMonitor writes in someone else's loop: the JSONL alone."""
+    import torch
+    from torch import nn
+
+    from geohead import GeometricHead
+    from geohead.monitor import GeometryMonitor
+
+    torch.manual_seed(0)
+    backbone, head = nn.Linear(6, 8), GeometricHead(8, 4, hidden_dim=8)
+    with GeometryMonitor(backbone, head, every=1, log_file=tmp_path / "geometry.jsonl") as monitor:
+        for _ in range(3):
+            head(backbone(torch.randn(16, 6)))
+    _, monitors = read_metrics(tmp_path)
+    assert [m["step"] for m in monitors] == [1, 2, 3] and monitors == monitor.history
+    res = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "monitors.png").is_file() and (tmp_path / "report.html").is_file()
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "empty_dir_missing")])
+    assert res.exit_code == 2

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from geohead.commands import fail
+from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_source, run_foreign
 
 
 @click.command()
@@ -26,11 +28,15 @@ from geohead.commands import fail
 @click.option("--no-linear", is_flag=True, help="kNN probes only (no linear probes).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:K or auto.")
+@foreign_options
 def diagnose(source: str, data: str | None, data_test: str | None, data_root: str | None, json_path: str | None, mode: str,
              n_test: int, n_train: int, orbit_images: int, hessian_samples: int, collapse_batch: int, families: str,
-             no_probes: bool, no_linear: bool, seed: int, device: str) -> None:
+             no_probes: bool, no_linear: bool, seed: int, device: str, **foreign: Any) -> None:
     """Curvature at collapse, H_eff at real features, orbit compression per augmentation, collapse
-    monitors and guillotine probes of the backbone + head in SOURCE (a run folder or .ckpt file).
+    monitors and guillotine probes of the backbone + head in SOURCE: a geohead run folder or
+    checkpoint, or a checkpoint trained anywhere (Lightning .ckpt, torch state_dict, lightly,
+    solo-learn, official DINO / VICReg / Barlow Twins; the head is rebuilt as a GeometricHead
+    and checked against the original's forward), or an export folder written with --with-head.
 
     Prints tables and writes the JSON report (the numbers the library calls return).
     """
@@ -50,9 +56,16 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     problem = "it is a folder" if out.is_dir() else folder_problem(out.parent)
     if problem:
         fail(f"--json {str(out)!r} cannot be written: {problem}; give another --json path")
+    progress = lambda msg: click.echo(f"diagnose: {msg} ...", err=True)  # noqa: E731
     try:
         settings.validate()
-        report = run(source, settings, progress=lambda msg: click.echo(f"diagnose: {msg} ...", err=True))
+        if is_geohead_source(source):
+            if any(v for v in foreign.values()):
+                fail(f"{', '.join(foreign_flags(foreign))} describe a checkpoint trained elsewhere; {source!r} is a geohead "
+                     "run, which records its architecture, method and normalisation itself: drop them")
+            report = run(source, settings, progress=progress)
+        else:
+            report = run_foreign(source, data, data_test, data_root, settings, progress, **foreign)
     except (CheckpointError, ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)

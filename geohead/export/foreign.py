@@ -133,7 +133,8 @@ def foreign_backbone(
     Args:
         model: a timm model (e.g. ``timm.create_model("vit_small_patch16_224", img_size=32,
             patch_size=4)`` trained by another library); a classifier is left out.
-        architecture: the timm name it was created with (default: ``pretrained_cfg``'s).
+        architecture: the timm name it was created with (default: ``pretrained_cfg``'s), or a
+            geohead name (``resnet18_w16``, ``vit_tiny_cifar``, ...: its timm name and arguments).
         model_args: keyword arguments it was created with (override the inferred ones).
         img_size: the input side it was trained at (default: a ViT's own, else the
             architecture's ``pretrained_cfg`` input size); recorded in ``pretrained_cfg`` and
@@ -149,6 +150,11 @@ def foreign_backbone(
 
     from geohead.backbones import rebuild_backbone
 
+    from geohead.backbones import ALIASES
+
+    if architecture in ALIASES:  # a geohead name: its timm architecture and arguments
+        alias = ALIASES[architecture]
+        architecture, model_args = alias.architecture, {**alias.model_args, **dict(model_args or {})}
     arch = _architecture(model, architecture)
     cifar_stem = False
     if type(model) is VisionTransformer:
@@ -233,33 +239,46 @@ def _state_dict_of(path: Path) -> dict[str, Tensor]:
                           f"--architecture/--model-arg/--prefix: geohead export {path} --out DIR")
     if meta is not None:
         return read_safetensors(path, "weights file")[0]
+    from geohead.pretrained.read import PretrainedError, load_file
+    from geohead.pretrained.layouts import strip_wrappers
+
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001
-        raise ExportError(f"{str(path)!r} is neither safetensors nor a torch state dict readable without pickle code: {exc}") from None
+        obj, _ = load_file(path)  # weights_only=True, DINO's Namespace allowed, unsafe pickles refused
+    except PretrainedError as exc:
+        raise ExportError(str(exc)) from None
+    if isinstance(obj, dict):
+        obj.pop("__metadata__", None)  # a safetensors file's header
+    if isinstance(obj, dict) and isinstance(obj.get("student"), dict):  # DINO's checkpoint.pth
+        obj = obj.get("teacher") or obj["student"]
     for key in ("state_dict", "model", "model_state_dict"):
         if isinstance(obj, dict) and isinstance(obj.get(key), dict):
             obj = obj[key]
             break
     if not isinstance(obj, dict) or not all(isinstance(v, Tensor) for v in obj.values()):
         raise ExportError(f"{str(path)!r} holds no state dict (name -> tensor)")
-    return dict(obj)
+    return strip_wrappers(obj)
 
 
 def load_timm_weights(
     path: str | Path, architecture: str, model_args: Mapping[str, Any] | None = None, prefix: str | None = None,
+    img_size: int | None = None,
 ) -> nn.Module:
-    """``timm.create_model(architecture, num_classes=0, **model_args)`` with the backbone tensors
-    of a weights file loaded (strict). The keys may sit under a prefix (``backbone.`` in a
+    """``timm.create_model(architecture, num_classes=0, **model_args)`` (or, for a geohead name
+    such as ``resnet18_w16``, :func:`geohead.backbones.create_backbone` at ``img_size``) with the
+    backbone tensors of a weights file loaded (strict). The keys may sit under a prefix (``backbone.`` in a
     Lightning/lightly checkpoint, ``module.`` after DDP): ``prefix`` names it, else it is found
     as the one prefix under which every tensor of the architecture is present."""
     import timm
 
+    from geohead.backbones import ALIASES, create_backbone
+
     path = Path(path)
     if not path.is_file():
         raise ExportError(f"weights file {str(path)!r} does not exist")
-    if not timm.is_model(architecture):
-        raise ExportError(f"{architecture!r} is not a timm architecture (timm.is_model is False)")
+    geohead_name = architecture in ALIASES or architecture.endswith("_cifar")
+    if not geohead_name and not timm.is_model(architecture):
+        raise ExportError(f"{architecture!r} is neither a geohead backbone name ({', '.join(ALIASES)}, <timm resnet>_cifar) "
+                          "nor a timm architecture (timm.is_model is False)")
     from geohead.backbones import check_model_args
 
     try:
@@ -267,10 +286,14 @@ def load_timm_weights(
     except ValueError as exc:
         raise ExportError(f"--model-arg: {exc}") from None
     state = _state_dict_of(path)
+    args = dict(model_args or {})
     try:
-        model = timm.create_model(architecture, pretrained=False, num_classes=0, **dict(model_args or {}))
+        if geohead_name:  # geohead's names: create_backbone records how to rebuild them (geohead_config)
+            model = create_backbone(architecture, img_size=int(args.pop("img_size", img_size or 32)), channels_last=False, **args)
+        else:
+            model = timm.create_model(architecture, pretrained=False, num_classes=0, **args)
     except Exception as exc:  # noqa: BLE001
-        raise ExportError(f"timm cannot build {architecture!r} with model_args={dict(model_args or {})}: {exc}") from None
+        raise ExportError(f"cannot build {architecture!r} with model_args={dict(model_args or {})}: {exc}") from None
     expected = model.state_dict()
     if prefix is None:
         anchor = next(iter(expected))

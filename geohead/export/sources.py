@@ -75,7 +75,9 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool, **foreign
     model = getattr(model, "_orig_mod", model)  # torch.compile
     model = getattr(model, "module", model)  # DistributedDataParallel
     backbone = getattr(model, "backbone", model)
-    head = getattr(model, "head", None) if backbone is not model else None
+    head = None
+    if backbone is not model:  # geohead's SSLModel has .head, lightly's models .projection_head
+        head = next((h for h in (getattr(model, n, None) for n in ("head", "projection_head")) if isinstance(h, nn.Module)), None)
     config = getattr(backbone, "geohead_config", None)
     if isinstance(config, dict):
         tensors = dict(backbone.state_dict())
@@ -83,11 +85,19 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool, **foreign
         from geohead.export.foreign import foreign_backbone
 
         config, tensors = foreign_backbone(backbone, **{k: v for k, v in foreign.items() if v is not None})
+    if head is not None and getattr(head, "spec", None) is None and isinstance(getattr(head, "layers", None), nn.Sequential):
+        from geohead.heads import GeometricHead  # a lightly projection head: the same outputs as a GeometricHead
+
+        try:
+            head = GeometricHead.from_lightly(head)
+        except ValueError:
+            pass  # not expressible: with_head says so below
     head_tensors = head_spec = None
     if with_head:
         spec = getattr(head, "spec", None)
         if head is None or spec is None:
-            raise ExportError("with_head=True needs a model with a GeometricHead .head (e.g. geohead's SSLModel)")
+            raise ExportError("with_head=True needs a model whose .head is a GeometricHead (e.g. geohead's SSLModel) or a "
+                              "lightly projection head a GeometricHead can express")
         head_tensors, head_spec = dict(head.state_dict()), spec.to_dict()
     spec = getattr(head, "spec", None) if head is not None else None
     provenance = {

@@ -60,7 +60,8 @@ def _global_pool(model: nn.Module) -> str | None:
     return pool_type if isinstance(pool_type, str) and pool_type else None
 
 
-def timm_config(model: nn.Module, config: Mapping[str, Any], mean: list[float], std: list[float]) -> dict[str, Any]:
+def timm_config(model: nn.Module, config: Mapping[str, Any], mean: list[float], std: list[float],
+                interpolation: str = "bilinear") -> dict[str, Any]:
     """timm's hub ``config.json`` for a classifier-free backbone (read by ``local-dir:``).
 
     Layout (timm ``_hub._parse_model_cfg``): ``architecture``, ``num_classes`` (0),
@@ -85,7 +86,7 @@ def timm_config(model: nn.Module, config: Mapping[str, Any], mean: list[float], 
     pretrained_cfg = {
         "input_size": [3, size, size],
         "fixed_input_size": fixed,
-        "interpolation": "bilinear",  # how geohead's loaders resize
+        "interpolation": interpolation,  # default "bilinear": how geohead's loaders resize
         "crop_pct": 1.0,
         "crop_mode": "center",
         "mean": [float(x) for x in mean],
@@ -138,6 +139,8 @@ def export_backbone(
     architecture: str | None = None,
     model_args: Mapping[str, Any] | None = None,
     img_size: int | None = None,
+    interpolation: str = "bilinear",
+    provenance: Mapping[str, Any] | None = None,
 ) -> ExportResult:
     """Write the backbone of ``source`` alone to ``out_dir`` (see the module docstring).
 
@@ -162,6 +165,13 @@ def export_backbone(
         architecture, model_args, img_size: for a timm model geohead did not build: the timm
             name and keyword arguments it was created with and its input size, where they cannot
             be inferred (the error says which).
+        interpolation: the resize ``pretrained_cfg`` records (``bilinear``, ``bicubic``, ``nearest``).
+        provenance: entries that replace the recorded provenance (e.g. ``objective``,
+            ``head_spec``, ``source`` of a checkpoint trained elsewhere).
+
+    A model trained elsewhere whose normalisation nobody gave (no ``mean``/``std``) gets the
+    architecture's timm default (ImageNet's), with a ``UserWarning`` that says so; the same for the input size of a backbone whose ``geohead_config`` says
+    ``img_size_source: "default"``.
 
     Returns: :class:`ExportResult`.
 
@@ -181,7 +191,11 @@ def export_backbone(
     else:
         ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
         src = source_of_checkpoint(ck, teacher, with_head)
+    if interpolation not in INTERPOLATIONS:
+        raise ExportError(f"interpolation {interpolation!r} is not one of {list(INTERPOLATIONS)}")
+    src.provenance.update(dict(provenance or {}))
     model = check_architecture(src.config, src.tensors, f"backbone of {src.provenance['source']!r}")
+    _warn_defaults(src, mean, std)
     mean, std = _normalisation(src, model, mean, std)
 
     tensors = _cast(src.tensors, DTYPES[dtype])
@@ -189,7 +203,7 @@ def export_backbone(
     checksum = tensor_checksum(tensors)
     head_checksum = tensor_checksum(head_tensors, src.head_spec) if head_tensors is not None else None
     timm_loadable = bool(src.config.get("timm_loadable", not src.config.get("cifar_stem", False)))
-    config = timm_config(model, src.config, mean, std)
+    config = timm_config(model, src.config, mean, std, interpolation)
     config["geohead"] = _geohead_record(src, dtype, timm_loadable, checksum, head_checksum)
 
     out = Path(out_dir)
@@ -210,6 +224,25 @@ def export_backbone(
         branch=src.provenance["branch"],
         recovered=recovered,
     )
+
+
+#: Resize modes ``pretrained_cfg["interpolation"]`` may record (timm's names).
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+
+
+def _warn_defaults(src: Any, mean: Sequence[float] | None, std: Sequence[float] | None) -> None:
+    """A UserWarning when the export of a model trained elsewhere would record preprocessing
+    nobody gave: timm's default mean/std, or a default input size."""
+    import warnings
+
+    foreign = bool(src.config.get("built_by") or src.provenance.get("trained_elsewhere"))
+    if foreign and (mean is None or std is None) and not (src.provenance.get("data") or {}).get("mean"):
+        warnings.warn("the export records the architecture's timm default mean/std (ImageNet's): nothing recorded the "
+                      "normalisation this backbone was trained with; pass mean=/std= (geohead export --mean M1,M2,M3 "
+                      "--std S1,S2,S3)", UserWarning, stacklevel=3)
+    if src.config.get("img_size_source") == "default":
+        warnings.warn(f"the export records img_size {src.config.get('img_size')} (a default): the checkpoint does not say "
+                      "which size it was trained at; pass img_size= (geohead export --img-size N)", UserWarning, stacklevel=3)
 
 
 def _normalisation(src: Any, model: nn.Module, mean: Sequence[float] | None,

@@ -52,7 +52,10 @@ def alpha_req(emb: Tensor, rtol: float = 1e-6) -> float:
     large α: a few dominant directions (collapse). ~1 is reported as a sweet spot."""
     x = _embeddings(emb, "alpha_req")
     xc = x - x.mean(0)
-    lam = torch.linalg.eigvalsh(xc.T @ xc / (x.shape[0] - 1)).flip(0)
+    # wider than the batch (DINO's 65536 prototypes): the covariance's non-zero eigenvalues are
+    # the Gram matrix's, an N x N problem instead of k x k
+    gram = xc @ xc.T if xc.shape[1] > xc.shape[0] else xc.T @ xc
+    lam = torch.linalg.eigvalsh(gram / (x.shape[0] - 1)).flip(0)
     if float(lam[0]) <= 0:
         return float("inf")
     lam = lam[lam > rtol * lam[0]]

@@ -6,7 +6,8 @@ Modules (one concept each; this package's names are its public API)::
     spec.py       HeadSpec: validated fields, JSON round trip, describe()
     whitening.py  the whitening rows of the first Linear
     presets.py    the SSL methods' standard heads, preset_spec
-    head.py       GeometricHead, built from a HeadSpec
+    head.py       GeometricHead, built from a HeadSpec (or from a lightly head / an MLPLayout)
+    convert.py    other libraries' MLP heads -> HeadSpec + GeometricHead tensors, their documented forward
 """
 from __future__ import annotations
 

@@ -64,8 +64,8 @@ class GeometricHead(nn.Module):
 
     def __init__(
         self,
-        in_dim: int,
-        out_dim: int,
+        in_dim: int | None = None,
+        out_dim: int | None = None,
         *extra: object,
         hidden_dim: int = 2048,
         depth: int = 3,
@@ -76,9 +76,14 @@ class GeometricHead(nn.Module):
         whiten: Tensor | str | None = None,
         prototypes: int | None = None,
         freeze_prototype_norm: bool = True,
+        **unknown: object,
     ) -> None:
         if extra:
             raise TypeError(_keyword_only_message(in_dim, out_dim, extra))
+        if unknown:
+            raise TypeError(_unknown_keyword_message(unknown))
+        if in_dim is None or out_dim is None:
+            raise TypeError("GeometricHead needs in_dim and out_dim, e.g. GeometricHead(512, 128, hidden_dim=2048)")
         super().__init__()
         features = None
         if isinstance(whiten, Tensor):
@@ -137,6 +142,33 @@ class GeometricHead(nn.Module):
         nn.Module.__init__(head)
         head._build(HeadSpec.coerce(spec))
         return head
+
+    @classmethod
+    def from_lightly(cls, head: nn.Module) -> GeometricHead:
+        """The GeometricHead of a lightly projection head (``BarlowTwinsProjectionHead``,
+        ``SimCLRProjectionHead``, ``DINOProjectionHead``, any ``ProjectionHead`` whose blocks fit),
+        with its weights: the same outputs in eval mode (checked in ``tests/test_pretrained.py``).
+        Works on any module with ``.layers`` (an ``nn.Sequential``) and optionally DINO's
+        ``.last_layer``. Raises :class:`~geohead.heads.convert.HeadConversionError` for blocks a
+        GeometricHead cannot express (unequal hidden widths, mixed norms). Shapes as the original.
+        """
+        from geohead.heads.convert import HeadConversionError, layout_from_modules
+
+        layers = getattr(head, "layers", None)
+        if not isinstance(layers, nn.Sequential):
+            raise HeadConversionError(f"{type(head).__name__} has no .layers nn.Sequential (lightly's ProjectionHead layout)")
+        return cls.from_layout(layout_from_modules(list(layers), getattr(head, "last_layer", None)))
+
+    @classmethod
+    def from_layout(cls, layout: Any, activation: str | None = None) -> GeometricHead:
+        """The GeometricHead (eval mode) of a :class:`~geohead.heads.convert.MLPLayout`, with its
+        weights; ``activation`` replaces the recorded hidden activation."""
+        spec = layout.spec()
+        if activation is not None and spec.depth > 1:
+            spec = spec.replace(activation=activation)
+        head = cls.from_spec(spec)
+        head.load_state_dict(layout.state_dict(spec), strict=True)
+        return head.eval()
 
     @classmethod
     def preset(cls, name: str, in_dim: int, smooth: bool = True, **overrides: Any) -> GeometricHead:
@@ -241,6 +273,21 @@ def _keyword_only_message(in_dim: object, out_dim: object, extra: tuple[object, 
                       f"GeometricHead({in_dim!r}, {extra[0]!r}, hidden_dim={out_dim!r})")
     named = ", ".join(f"{k}={v!r}" for k, v in zip(_KEYWORDS, extra))
     return msg + f"Write GeometricHead({in_dim!r}, {out_dim!r}, {named})"
+
+
+#: lightly's keyword names and geohead's.
+_LIGHTLY_KEYWORDS = {"input_dim": "in_dim", "output_dim": "out_dim", "num_layers": "depth", "batch_norm": "norm='batch'",
+                     "bottleneck_dim": "out_dim (DINO: prototypes=output_dim)", "use_bias": "bias"}
+
+
+def _unknown_keyword_message(unknown: dict[str, object]) -> str:
+    """The error for keywords GeometricHead does not take, with geohead's names for lightly's."""
+    hints = [f"{k} -> {_LIGHTLY_KEYWORDS[k]}" for k in unknown if k in _LIGHTLY_KEYWORDS]
+    msg = f"GeometricHead got unexpected keyword argument(s) {sorted(unknown)}"
+    if hints:
+        msg += "; these are lightly's names, geohead's are: " + ", ".join(hints)
+        msg += " (a lightly head with its weights: GeometricHead.from_lightly(head))"
+    return msg
 
 
 def _prototype_layer(dim: int, prototypes: int, freeze_norm: bool) -> nn.Module:

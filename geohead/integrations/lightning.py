@@ -7,13 +7,19 @@
     trainer = lightning.Trainer(callbacks=[GeometryCallback(every=20)])
     trainer.fit(module, loader)          # module has .backbone and .projection_head (or .head)
 
-Every ``every``-th optimiser step (``trainer.global_step``) the callback arms a
-:class:`~geohead.monitor.GeometryMonitor` on the module's backbone and head, which records the
-next training forward. Each record is kept in ``callback.monitor.history`` and logged as
-``geometry/<key>``: through ``pl_module.log`` (on step; it lands in ``trainer.callback_metrics``
-and can drive ``ModelCheckpoint``/``EarlyStopping``) and to each of ``trainer.loggers`` once, at
-the record's step (``logger.log_metrics``), because Lightning re-sends a value that was logged
-with ``self.log`` on some steps only at every later logging step of the epoch.
+Steps are counted as :class:`~geohead.monitor.GeometryMonitor` counts them: from 1, step ``s``
+being the ``s``-th optimiser step (``trainer.global_step + 1`` while its batch runs, since
+Lightning's ``global_step`` counts the steps already taken). Step ``s`` is recorded when
+``s % every == 0``, from its training forward (the model after ``s - 1`` updates), so the first
+record never measures the untrained model; the record is logged at step ``s``.
+
+Each record is kept in ``callback.monitor.history`` and logged as ``geometry/<key>``: through
+``pl_module.log`` (on step; it lands in ``trainer.callback_metrics`` and can drive
+``ModelCheckpoint``/``EarlyStopping``; ``prog_bar=True`` shows it in the progress bar) and to
+each of ``trainer.loggers`` once, at the record's step (``logger.log_metrics``), because
+Lightning re-sends a value that was logged with ``self.log`` on some steps only at every later
+logging step of the epoch. Constants (``batch``, the healthy std ``1/√k``) and timings
+(``*_seconds``) stay in the history but are not logged as scalars unless ``log_all=True``.
 """
 from __future__ import annotations
 
@@ -36,6 +42,8 @@ from geohead.monitor import GeometryMonitor
 #: Attribute names searched, in order, when the backbone or head is not given.
 BACKBONE_NAMES = ("backbone", "encoder", "model_backbone", "net")
 HEAD_NAMES = ("projection_head", "head", "projector", "projection")
+#: Record keys not logged as scalars by default: constants of the run and timings.
+NOT_LOGGED = ("step", "batch", "std_healthy_backbone", "std_healthy_head", "monitor_seconds", "hessian_seconds")
 
 
 def _find(pl_module: nn.Module, given: nn.Module | str | None, names: tuple[str, ...], what: str) -> nn.Module:
@@ -60,10 +68,13 @@ class GeometryCallback(Callback):
     LightningModule's backbone and head, logged through ``pl_module.log``.
 
     Args:
-        every: optimiser steps between records (steps 0, every, 2·every, ...).
+        every: optimiser steps between records (steps every, 2·every, ..., counted from 1 as
+            GeometryMonitor counts; see the module docstring).
         backbone, head: the modules, or attribute names (dotted paths allowed) of the
             LightningModule; default: the first of :data:`BACKBONE_NAMES` / :data:`HEAD_NAMES`.
         prefix: prefix of the logged names.
+        prog_bar: show the logged values in Lightning's progress bar.
+        log_all: also log the constants and timings of :data:`NOT_LOGGED` as scalars.
         objective, hessian_every, calls_per_step, **monitor_kwargs: passed to
             :class:`~geohead.monitor.GeometryMonitor` (``objective`` may be an attribute name of
             the module, e.g. ``"criterion"``). ``calls_per_step``: head forwards per training step
@@ -81,12 +92,14 @@ class GeometryCallback(Callback):
         hessian_every: int = 0,
         calls_per_step: int = 1,
         prefix: str = "geometry/",
+        prog_bar: bool = False,
+        log_all: bool = False,
         **monitor_kwargs: Any,
     ) -> None:
         super().__init__()
         if int(every) < 1:
             raise ValueError(f"every must be >= 1, got {every}")
-        self.every, self.prefix = int(every), prefix
+        self.every, self.prefix, self.prog_bar, self.log_all = int(every), prefix, bool(prog_bar), bool(log_all)
         self._backbone, self._head, self._objective = backbone, head, objective
         self._kwargs = dict(monitor_kwargs, hessian_every=hessian_every, calls_per_step=calls_per_step)
         self.monitor: GeometryMonitor | None = None
@@ -105,7 +118,7 @@ class GeometryCallback(Callback):
         self._logged, self._last_armed = len(history), None
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        step = int(trainer.global_step)
+        step = int(trainer.global_step) + 1  # the step this batch takes, counted from 1 (GeometryMonitor's count)
         if self.monitor is not None and step % self.every == 0 and step != self._last_armed:
             self.monitor.arm(step)
             self._last_armed = step
@@ -116,9 +129,10 @@ class GeometryCallback(Callback):
         self.monitor.flush()
         for rec in self.monitor.history[self._logged:]:
             values = {f"{self.prefix}{k}": float(v) for k, v in rec.items()
-                      if k != "step" and isinstance(v, (int, float))}
+                      if k != "step" and isinstance(v, (int, float)) and (self.log_all or k not in NOT_LOGGED)}
             # callback_metrics and the progress bar (what ModelCheckpoint/EarlyStopping read)
-            pl_module.log_dict(values, on_step=True, on_epoch=False, logger=False, batch_size=rec.get("batch"))
+            pl_module.log_dict(values, on_step=True, on_epoch=False, logger=False, prog_bar=self.prog_bar,
+                               batch_size=rec.get("batch"))
             # the loggers get each record once, at its step: a value logged with self.log on some
             # steps only is re-sent by Lightning at every logging step until the epoch ends
             for logger in trainer.loggers:
@@ -130,4 +144,4 @@ class GeometryCallback(Callback):
             self.monitor.detach()
 
 
-__all__ = ["BACKBONE_NAMES", "GeometryCallback", "HEAD_NAMES"]
+__all__ = ["BACKBONE_NAMES", "GeometryCallback", "HEAD_NAMES", "NOT_LOGGED"]

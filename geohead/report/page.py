@@ -53,15 +53,36 @@ def detect(folder: str | os.PathLike) -> str:
     d = Path(folder)
     if not d.exists():
         raise ReportError(f"{str(d)!r} does not exist; give a run folder (geohead train) or a search folder (geohead search)")
+    if d.is_file() and d.suffix == ".json" and _is_diagnose(d):
+        return "run"
     if not d.is_dir():
+        from geohead.filekind import describe_kind, file_kind
+
+        kind = file_kind(d)
+        if kind in ("lightning", "torch", "torch-legacy", "safetensors"):
+            raise ReportError(f"{str(d)!r} is {describe_kind(kind)}, a checkpoint: report plots what `geohead diagnose` "
+                              f"measures; run `geohead diagnose {d}` and give its JSON (default {d.with_name(d.stem + '.diagnose.json')})")
         raise ReportError(f"{str(d)!r} is not a folder; give a run folder (geohead train) or a search folder (geohead search)")
     if (d / "search.json").is_file() or (d / "trials.csv").is_file():
         return "search"
-    if (d / "metrics.jsonl").is_file() or (d / "last.ckpt").is_file():
+    if (d / "metrics.jsonl").is_file() or (d / "last.ckpt").is_file() or (d / "diagnose.json").is_file():
+        return "run"
+    from geohead.report.run_plots import monitor_files
+
+    if monitor_files(d):
         return "run"
     raise ReportError(
-        f"{str(d)!r} holds neither a run (metrics.jsonl, last.ckpt) nor a search (search.json, trials.csv)"
+        f"{str(d)!r} holds neither a run (metrics.jsonl, last.ckpt, diagnose.json, GeometryMonitor *.jsonl) nor a search "
+        "(search.json, trials.csv); for a checkpoint trained elsewhere give the JSON of `geohead diagnose CKPT`"
     )
+
+
+def _is_diagnose(path: Path) -> bool:
+    """Whether ``path`` is a ``geohead diagnose`` JSON report (``format: geohead.diagnose/1``)."""
+    try:
+        return json.loads(path.read_text()).get("format") == "geohead.diagnose/1"
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return False
 
 
 # ---------------------------------------------------------------------- HTML
@@ -115,13 +136,17 @@ class _Page:
 
 
 # ---------------------------------------------------------------------- run folder
-def _run_report(run: Path, out: Path) -> _Page:
+def _run_report(run: Path, out: Path, diag: Path) -> _Page:
     page = _Page()
     title = _run_title(run, page)
     page.title = f"geohead run report: {title}"
+    trained_elsewhere = _is_diagnose(diag) and json.loads(diag.read_text()).get("pretrained")
+    if trained_elsewhere:  # a checkpoint geohead did not train: name it, its layout and method
+        title = f"{Path(str(trained_elsewhere.get('source'))).name} ({trained_elsewhere.get('layout')}, {trained_elsewhere.get('method')})"
+        page.title = f"geohead report: {title}"
     _training_section(page, run, out, title)
     _summary_section(page, run)
-    _diagnose_section(page, run, out)
+    _diagnose_section(page, run, out, diag)
     return page
 
 
@@ -144,11 +169,14 @@ def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
     training = [*page.figure(plot_loss(losses, out / "loss.png", title)),
                 *page.figure(plot_monitors(monitors, out / "monitors.png")),
                 *page.figure(plot_hessian_tracking(monitors, out / "hessian.png"))]
-    if not losses:
+    own = (run / "metrics.jsonl").is_file()
+    if not losses and own:
         page.notes.append("metrics.jsonl has no loss lines: no training curves")
-    if not any("hessian_lambda_min" in m for m in monitors):
-        page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe for "
-                          "λ_min/λ_max over steps)")
+    if not own and not monitors:
+        page.notes.append("no metrics.jsonl or GeometryMonitor JSONL here: no curves over steps")
+    if (monitors or own) and not any("hessian_lambda_min" in m for m in monitors):
+        page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe, or "
+                          "GeometryMonitor(objective=..., hessian_every=K), for λ_min/λ_max over steps)")
     page.blocks.append(("Training", "\n".join(training) or "<p>no training metrics</p>"))
 
 
@@ -169,9 +197,8 @@ def _summary_section(page: _Page, run: Path) -> None:
         page.notes.append("summary.json could not be read; skipped")
 
 
-def _diagnose_section(page: _Page, run: Path, out: Path) -> None:
-    """The geometry figures and table of diagnose.json, or a note saying how to make it."""
-    diag_path = run / "diagnose.json"
+def _diagnose_section(page: _Page, run: Path, out: Path, diag_path: Path) -> None:
+    """The geometry figures and table of ``diag_path`` (diagnose.json), or a note saying how to make it."""
     if not diag_path.is_file():
         page.notes.append(f"no diagnose.json: run `geohead diagnose {run}` for orbit compression, the Hessian spectral "
                           "density and the guillotine plots")
@@ -253,7 +280,9 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     """Write the PNGs and ``report.html`` of a run or search folder (see the module docstring).
 
     Args:
-        folder: a run folder (``geohead train``) or a search folder (``geohead search``).
+        folder: a run folder (``geohead train``; or a folder holding only a diagnose.json or
+            GeometryMonitor ``*.jsonl`` files), a search folder (``geohead search``), or the
+            JSON report of ``geohead diagnose`` of a checkpoint trained elsewhere.
         out_dir: where the PNGs and report.html go (default: ``folder`` itself; search plots are
             always written by the search module into the search folder).
 
@@ -262,6 +291,9 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     """
     folder = Path(folder)
     kind = detect(folder)
+    diag = folder / "diagnose.json"
+    if folder.is_file():  # the JSON report of `geohead diagnose CKPT` for a checkpoint trained elsewhere
+        folder, diag = folder.parent, folder
     try:
         require_matplotlib()  # fail early and clearly without matplotlib
     except MatplotlibMissing as exc:
@@ -276,7 +308,7 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name or 'report'}.tmp-", dir=out.parent))
     try:  # drawn in a temporary folder: a malformed input leaves nothing behind
-        page = _draw(folder, kind, tmp)
+        page = _draw(folder, kind, tmp, diag)
         made = write_html(page.title, page.blocks, tmp / "report.html")
         out.mkdir(parents=True, exist_ok=True)
         moved = {p: out / p.name for p in [*page.pngs, made] if p.parent == tmp}
@@ -287,11 +319,11 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     return ReportResult(out / "report.html", [moved.get(p, p) for p in page.pngs], kind, page.notes)
 
 
-def _draw(folder: Path, kind: str, out: Path) -> _Page:
+def _draw(folder: Path, kind: str, out: Path, diag: Path) -> _Page:
     """The page of ``folder`` with its run PNGs drawn into ``out``; a malformed file (a JSON value
     of the wrong shape) is a :class:`ReportError` naming it."""
     try:
-        page = _run_report(folder, out) if kind == "run" else _search_report(folder)
+        page = _run_report(folder, out, diag) if kind == "run" else _search_report(folder)
     except ReportError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:

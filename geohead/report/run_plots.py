@@ -40,18 +40,38 @@ def _save(fig: "Figure", path: Path) -> Path:
     return path
 
 
+def monitor_files(folder: str | os.PathLike) -> list[Path]:
+    """The ``*.jsonl`` files of :class:`geohead.monitor.GeometryMonitor` (first line: a record
+    with ``step`` and ``rankme_head``) in ``folder``, by name; ``metrics.jsonl`` excluded."""
+    found = []
+    for p in sorted(Path(folder).glob("*.jsonl")):
+        if p.name == "metrics.jsonl":
+            continue
+        try:
+            with open(p) as fh:
+                first = json.loads(fh.readline() or "{}")
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        if isinstance(first, dict) and "step" in first and "rankme_head" in first:
+            found.append(p)
+    return found
+
+
 def read_metrics(run: str | os.PathLike) -> tuple[list[dict], list[dict]]:
-    """(loss records, monitor records) of ``RUN/metrics.jsonl`` (lines that fail to parse are skipped)."""
+    """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, the monitor records
+    of the folder's GeometryMonitor JSONL files (:func:`monitor_files`). Lines that fail to parse
+    are skipped."""
     path = Path(run) / "metrics.jsonl"
     losses, monitors = [], []
-    if not path.is_file():
-        return losses, monitors
-    for line in path.read_text().splitlines():
+    paths = [path] if path.is_file() else monitor_files(run)
+    for line in (ln for p in paths for ln in p.read_text().splitlines()):
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if rec.get("kind") == "monitor":
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
             monitors.append(rec)
         elif "loss" in rec:
             losses.append(rec)
