@@ -388,6 +388,7 @@ def part_search(sizes: Sizes, device: torch.device, out: Path, data_dir: Path, t
             **{k: getattr(cfg, k) for k in ("steps", "min_steps", "max_steps") if hasattr(cfg, k)},
             "timeout_s": timeout, "wall_s": round(wall, 1), "trials": s["trials"], "spearman": s["spearman"],
             "trial_seconds": s.get("trial_seconds"), "best": {k: best.get(k) for k in ("number", "score", "knn_backbone", "head_desc", "head")},
+            "verdict": {k: (s.get("verdict") or {}).get(k) for k in ("recommended", "reason", "margin", "noise")},
             "out": str(out / "search"),
             "_ok": s["trials"]["failed"] == 0 and s["trials"]["complete"] + s["trials"]["pruned"] > 0,
             "_error": None if s["trials"]["failed"] == 0 else f"{s['trials']['failed']} trial(s) failed (see trials.csv)"}
@@ -455,6 +456,9 @@ def table(report: dict[str, Any]) -> str:
             b = r.get("best") or {}
             lines.append(f"{'':30s}{r.get('data')} ({r.get('backbone')}); best #{b.get('number')} score "
                          f"{_fmt(b.get('score'), '.3f')} kNN {_fmt(b.get('knn_backbone'), '.3f')}: {b.get('head_desc')}")
+            v = r.get("verdict") or {}
+            if v.get("recommended"):
+                lines.append(f"{'':30s}verdict: {v['recommended']} ({v.get('reason')})")
             if r.get("data_note"):
                 lines.append(f"{'':30s}note: {r['data_note']}")
     return "\n".join(lines)

@@ -141,9 +141,9 @@ CLI: list[tuple[str, list[str], str]] = [
     # export
     ("export-out-is-file", ["export", "run", "--out", "file.txt"], "file.txt"),
     ("export-out-through-file", ["export", "run", "--out", "file.txt/x"], "file.txt"),
-    ("export-architecture-on-ckpt", ["export", "run/last.ckpt", "--out", "exp", "--architecture", "resnet18"], "geohead checkpoint"),
+    ("export-architecture-on-ckpt", ["export", "run/last.ckpt", "--out", "exp", "--architecture", "resnet18"], "is a geohead run"),
     ("export-missing-source", ["export", "missing.ckpt", "--out", "exp"], "missing.ckpt"),
-    ("export-model-arg-alone", ["export", "run", "--out", "exp", "--model-arg", "img_size=32"], "--architecture"),
+    ("export-model-arg-alone", ["export", "run", "--out", "exp", "--model-arg", "img_size=32"], "--model-arg describes"),
     ("export-model-arg-path", ["export", "weights.safetensors", "--out", "exp", "--architecture", "resnet18",
                                "--model-arg", "checkpoint_path=/etc/passwd"], "checkpoint_path"),
     ("export-model-arg-pretrained", ["export", "weights.safetensors", "--out", "exp", "--architecture", "resnet18",

@@ -122,7 +122,8 @@ def test_search_part_reports_the_search_it_ran(fast) -> None:
     assert s["trials"] == summary["trials"] and s["spearman"] == summary["spearman"]
     assert summary["trials"]["complete"] + summary["trials"]["pruned"] == dc.TINY.search_trials and summary["trials"]["failed"] == 0
     assert s["best"]["number"] == summary["best"]["number"] and s["best"]["score"] == summary["best"]["score"]
-    assert HeadSpec.load(out / "search" / "best_head.json").describe() == s["best"]["head_desc"]
+    assert HeadSpec.load(out / "search" / "pick_head.json").describe() == s["best"]["head_desc"]
+    assert s["verdict"]["recommended"] == summary["verdict"]["recommended"]
 
 
 def test_a_failing_part_keeps_the_other_parts(tmp_path) -> None:

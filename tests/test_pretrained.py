@@ -202,7 +202,7 @@ def test_cli_diagnose_errors_exit_2_without_traceback(tmp_path):
     own = save_checkpoint(tmp_path / "last.ckpt", {"x": torch.zeros(1)}, {"step": 1})  # geohead's own format
     for cmd in (["diagnose", str(own), "--method", "vicreg"], ["export", str(own), "--out", str(tmp_path / "o"), "--method", "vicreg"]):
         res = CliRunner().invoke(main, cmd)
-        assert res.exit_code == 2 and "--method describe a checkpoint trained elsewhere" in res.output, res.output
+        assert res.exit_code == 2 and "--method describes a checkpoint trained elsewhere" in res.output, res.output
     assert not (tmp_path / "o").exists()
 
 

@@ -61,7 +61,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
         settings.validate()
         if is_geohead_source(source):
             if any(v for v in foreign.values()):
-                fail(f"{', '.join(foreign_flags(foreign))} describe a checkpoint trained elsewhere; {source!r} is a geohead "
+                fail(f"{', '.join(foreign_flags(foreign))} describe{'s' if len(foreign_flags(foreign)) == 1 else ''} a checkpoint trained elsewhere; {source!r} is a geohead "
                      "run, which records its architecture, method and normalisation itself: drop them")
             report = run(source, settings, progress=progress)
         else:

@@ -56,7 +56,7 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
             if is_geohead_source(source):
                 given = foreign_flags({**foreign, "model_arg": model_args, "prefix": prefix, "img_size": img_size})
                 if given:
-                    fail(f"{', '.join(given)} describe a checkpoint trained elsewhere; {source!r} is a geohead run, which "
+                    fail(f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} a checkpoint trained elsewhere; {source!r} is a geohead run, which "
                          "records its architecture, method and input size: drop them (--mean/--std may override its normalisation)")
                 res = export_backbone(source, out_dir, **kwargs)
             elif prefix is not None:
