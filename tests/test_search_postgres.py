@@ -17,6 +17,8 @@ from geohead.search.outputs import read_trials_csv
 from geohead.search.storage import open_storage
 
 URL = os.environ.get("GEOHEAD_TEST_POSTGRES_URL")
+#: the tiny search's whitened heads (here: the verdict's re-training) whiten from few samples
+pytestmark = pytest.mark.usefixtures("tiny_whitening")
 TINY = dict(n_train=256, batch_size=64, steps=2, probe_train=128, probe_test=64, orbit_images=8, families=("hue",),
             screen_batch=64, timeout=None, progress=False, heartbeat=2)
 
