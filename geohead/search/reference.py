@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from geohead.heads import HeadSpec
-from geohead.search.space import DIMENSIONS, SearchSpace
+from geohead.search.space import SearchSpace
 
 #: The user attribute that marks the reference trial (its value names the head).
 REFERENCE_ATTR = "reference"
@@ -38,12 +38,8 @@ def published_spec(objective: str, base: HeadSpec, space: SearchSpace) -> HeadSp
 
 
 def in_space(space: SearchSpace, spec: HeadSpec) -> bool:
-    """Whether the sampler could draw ``spec``: every dimension's value is one of its candidates."""
-    values = {"depth": spec.depth, "out_dim": spec.out_dim, "last_norm": spec.last_norm or "none",
-              "whiten": spec.whiten or "none"}
-    if spec.depth > 1:
-        values.update(hidden_dim=spec.hidden_dim, activation=spec.activation, norm=spec.norm or "none")
-    return all(v in space.choices[k] for k, v in values.items() if k in DIMENSIONS)
+    """Whether the sampler could draw ``spec`` (:meth:`SearchSpace.contains`)."""
+    return space.contains(spec)
 
 
 def is_reference(trial: Any) -> bool:

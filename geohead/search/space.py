@@ -134,14 +134,23 @@ class SearchSpace:
         return self.spec(base, depth=depth, hidden_dim=hidden_dim, out_dim=out_dim, activation=activation,
                          norm=norm, last_norm=pick("last_norm"), whiten=pick("whiten"))
 
-    def params_of(self, spec: HeadSpec) -> dict[str, Any]:
-        """The Optuna parameters that make :meth:`suggest` return ``spec`` (dimensions with one
-        candidate, and the hidden ones of a depth-1 head, are not parameters)."""
+    @staticmethod
+    def values_of(spec: HeadSpec) -> dict[str, Any]:
+        """``spec``'s value of every dimension it has (the hidden ones only when depth > 1)."""
         values: dict[str, Any] = {"depth": spec.depth, "out_dim": spec.out_dim, "last_norm": spec.last_norm or "none",
                                   "whiten": spec.whiten or "none"}
         if spec.depth > 1:
             values.update(hidden_dim=spec.hidden_dim, activation=spec.activation, norm=spec.norm or "none")
-        return {k: v for k, v in values.items() if len(self.choices[k]) > 1}
+        return values
+
+    def contains(self, spec: HeadSpec) -> bool:
+        """Whether the sampler could draw ``spec``: each dimension's value is one of its candidates."""
+        return all(v in self.choices[k] for k, v in self.values_of(spec).items())
+
+    def params_of(self, spec: HeadSpec) -> dict[str, Any]:
+        """The Optuna parameters that make :meth:`suggest` return ``spec`` (dimensions with one
+        candidate, and the hidden ones of a depth-1 head, are not parameters)."""
+        return {k: v for k, v in self.values_of(spec).items() if len(self.choices[k]) > 1}
 
     def spec_of(self, params: Mapping[str, Any], base: HeadSpec) -> HeadSpec:
         """The head of Optuna parameters ``params`` (as :meth:`params_of` gives them)."""
