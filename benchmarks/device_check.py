@@ -193,7 +193,7 @@ def data_source(data_dir: Path) -> tuple[str, str | None, str | None]:
 
 
 def train_config(sizes: Sizes, device: torch.device, mode: str, data: str, out: Path):
-    from geohead.config import load_recipe
+    from geohead.training.config import load_recipe
 
     precision, compile_ = MODES[mode]
     over = [f'data.name="{data}"', f'device="{device}"', f'precision="{precision}"', f"compile={str(compile_).lower()}",
@@ -208,8 +208,8 @@ def train_config(sizes: Sizes, device: torch.device, mode: str, data: str, out: 
 
 
 def throughput_mode(sizes: Sizes, device: torch.device, mode: str, data: str, out: Path) -> dict[str, Any]:
-    from geohead.optim import lr_at
-    from geohead.train import batch_views, setup, train_step, whiten_head
+    from geohead.training.optim import lr_at
+    from geohead.training.loop import batch_views, setup, train_step, whiten_head
 
     cfg = train_config(sizes, device, mode, data, out)
     free(device)
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown mode {m!r}; choose from {','.join(MODES)}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from geohead.model import resolve_device
+    from geohead.training.model import resolve_device
 
     device = resolve_device(args.device)
     if device.type == "cuda" and device.index is None:

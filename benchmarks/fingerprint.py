@@ -48,8 +48,8 @@ def search_print(tmp: Path, tiny: bool) -> dict[str, Any]:
 
 
 def train_print(tmp: Path, tiny: bool) -> list[str]:
-    from geohead.config import load_recipe
-    from geohead.train import train
+    from geohead.training.config import load_recipe
+    from geohead.training.loop import train
 
     root = Path(__file__).resolve().parents[1]
     sets = [f'out="{tmp / "train"}"', "optim.max_steps=40", "track.progress=false", "track.log_every=1"]

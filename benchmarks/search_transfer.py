@@ -143,7 +143,7 @@ def train_config(objective: str, data: dict[str, str], seed: int, epochs: int, n
     """The search's training config for ``objective`` (seed, views, optimiser, warm-up fraction)
     run ``epochs`` full epochs, with ``head`` ({"spec": dict} or {"preset", "smooth", "spec"}) and
     the probes on the test file; ``checkpoints`` evenly spaced checkpoints to resume from."""
-    from geohead.config import config_from_dict
+    from geohead.training.config import config_from_dict
     from geohead.data import load_dataset
     from geohead.search.config import SearchConfig, base_train_config
 
@@ -173,7 +173,7 @@ def preset_head(objective: str, smooth: bool, widths: str) -> dict[str, Any]:
 
 def train_one(cfg: Any) -> dict[str, Any]:
     """Train ``cfg`` (or read its finished run); backbone/head kNN and linear probe, wall time."""
-    from geohead.train import train
+    from geohead.training.loop import train
 
     out = Path(cfg.out)
     done = out / "transfer.json"

@@ -1,6 +1,6 @@
 """Does training help? kNN accuracy of trained vs untrained backbones, and of backbone vs head.
 
-Two experiments (issue #5), each run through ``geohead.train.train`` exactly as ``geohead train``
+Two experiments (issue #5), each run through ``geohead.training.loop.train`` exactly as ``geohead train``
 does; the untrained numbers are the same probes on the same model before its first update
 (``train(callback=...)`` at epoch 0), so "trained" and "untrained" share data, seed and probes:
 
@@ -26,11 +26,11 @@ SHARED = ROOT.parent / "shared" / "data"
 
 def run(recipe: Path, overrides: list[str], out: Path) -> dict:
     """Train ``recipe``; return untrained and trained probe reports and the wall time."""
-    from geohead.config import load_recipe
+    from geohead.training.config import load_recipe
     from geohead.data import load_dataset
-    from geohead.evaluate import run_probes
-    from geohead.model import resolve_device
-    from geohead.train import train
+    from geohead.training.evaluate import run_probes
+    from geohead.training.model import resolve_device
+    from geohead.training.loop import train
 
     cfg = load_recipe(recipe, overrides + [f'out="{out}"'])
     data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, n=cfg.data.n_train,

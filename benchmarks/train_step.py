@@ -11,7 +11,7 @@ pipelines on the same CIFAR-10 images, the same backbone (geohead's CPU default
   the ratio column;
 * ``bare``     - a plain PyTorch loop over the same tensors geohead uses: uint8 images in memory,
   geohead's on-device views, the GeometricHead and objective, nothing else;
-* ``geohead``  - ``geohead.train.train`` (the real pipeline: schedule, logging, NaN check,
+* ``geohead``  - ``geohead.training.loop.train`` (the real pipeline: schedule, logging, NaN check,
   checkpoint, tracking off), throughput read from its metrics (monitors and checkpoints are
   excluded from its timing windows).
 
@@ -51,8 +51,8 @@ def make_parts(seed: int = 0):
 
 
 def lars(modules, lr: float):
-    from geohead.config import OptimConfig
-    from geohead.optim import build_optimizer
+    from geohead.training.config import OptimConfig
+    from geohead.training.optim import build_optimizer
 
     return build_optimizer(OptimConfig(name="lars", lr=lr, weight_decay=1e-4), modules)
 
@@ -83,9 +83,9 @@ def bare_loop(images: torch.Tensor, steps: int, warmup: int, batch: int, parts) 
 
 
 def geohead_pipeline(npz: Path, steps: int, warmup: int, batch: int, parts) -> float:
-    """``geohead.train.train`` on the same data; images/s from its metrics after warm-up."""
-    from geohead.config import config_from_dict
-    from geohead.train import train
+    """``geohead.training.loop.train`` on the same data; images/s from its metrics after warm-up."""
+    from geohead.training.config import config_from_dict
+    from geohead.training.loop import train
 
     backbone, head = parts
     with tempfile.TemporaryDirectory() as tmp:

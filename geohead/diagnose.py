@@ -15,7 +15,7 @@ records exactly what each call returned (``to_dict()`` of its result):
   ``paper_l2`` / ``paper_var``, tangent invariance and the Fisher-rank loss;
 * ``collapse`` — :func:`geohead.geometry.collapse_monitors` of backbone features and head
   embeddings of the test split;
-* ``probes`` — the guillotine report (:func:`geohead.evaluate.run_probes`: kNN / linear probes for
+* ``probes`` — the guillotine report (:func:`geohead.training.evaluate.run_probes`: kNN / linear probes for
   the class and the data's nuisance factors, backbone vs head).
 
 Every random choice is seeded (:class:`DiagnoseSettings.seed`), models run in eval mode (BN on
@@ -36,8 +36,8 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from geohead.checkpoint import Checkpoint, load_checkpoint
-from geohead.model import TrainedModels, load_trained, resolve_device
+from geohead.training.checkpoint import Checkpoint, load_checkpoint
+from geohead.training.model import TrainedModels, load_trained, resolve_device
 
 
 @dataclasses.dataclass
@@ -101,7 +101,7 @@ class DiagnoseSettings:
 
 def _config(meta: dict[str, Any], s: DiagnoseSettings):
     """The run's TrainConfig with the data and probe settings of this diagnosis."""
-    from geohead.config import ConfigError, config_from_dict
+    from geohead.training.config import ConfigError, config_from_dict
 
     d = json.loads(json.dumps(meta.get("config") or {}))
     d.setdefault("head", {})["file"] = None  # the head comes from the checkpoint's head_spec
@@ -172,7 +172,7 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     ``progress`` (optional) is called with a short string before each part.
     """
     from geohead.data import load_dataset
-    from geohead.evaluate import run_probes
+    from geohead.training.evaluate import run_probes
 
     s = (settings or DiagnoseSettings()).validate()
     say = _Clock(progress)

@@ -1,7 +1,7 @@
 """Collapse monitors for any training loop: forward hooks on a backbone and a head.
 
 geohead's own loop records RankMe and the std of normalised embeddings (see
-:mod:`geohead.tracker`); :class:`GeometryMonitor` records those numbers, and α-ReQ, in a loop
+:mod:`geohead.training.tracker`); :class:`GeometryMonitor` records those numbers, and α-ReQ, in a loop
 geohead did not write (plain PyTorch, lightly, solo-learn; Lightning through
 :class:`geohead.integrations.lightning.GeometryCallback`)::
 

@@ -1,4 +1,4 @@
-"""One real training step (``geohead.train.setup`` + ``batch_views`` + ``train_step``) under a
+"""One real training step (``geohead.training.loop.setup`` + ``batch_views`` + ``train_step``) under a
 chosen device / precision / compile setting, and the distance between two such steps.
 
 Shared by the precision tests on CPU (tests/test_precision.py) and on CUDA (tests/test_cuda.py):
@@ -40,7 +40,7 @@ class StepResult:
 def tiny_config(out: Path, device: str = "cpu", precision: str = "fp32", compile: bool = False,
                 backbone: str = "resnet18_w16", batch: int = 64, width: int = 64, backbone_args: dict | None = None):
     """Barlow Twins on built-in shapes, the CPU recipe's head narrowed to ``width``."""
-    from geohead.config import config_from_dict
+    from geohead.training.config import config_from_dict
 
     return config_from_dict({
         "objective": "barlow", "seed": 0, "device": device, "precision": precision, "compile": compile,
@@ -56,7 +56,7 @@ def tiny_config(out: Path, device: str = "cpu", precision: str = "fp32", compile
 
 def one_step(cfg) -> StepResult:
     """Step 0 of ``cfg`` through geohead's own setup / views / train_step; loss and gradients."""
-    from geohead.train import batch_views, setup, train_step, whiten_head
+    from geohead.training.loop import batch_views, setup, train_step, whiten_head
 
     run = setup(cfg, 0, 1)
     perm = torch.randperm(len(run.data), generator=torch.Generator().manual_seed(cfg.seed * 100_003)).to(run.device)

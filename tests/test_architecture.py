@@ -104,3 +104,53 @@ def test_readme_architecture_table_names_every_module() -> None:
         if len(mods) > 1 and mods - words:
             missing[sub.name] = sorted(mods - words)
     assert not missing, f"modules the README's Architecture table does not describe: {missing}"
+
+
+def _layer_contract() -> list[list[str]]:
+    """The layers of pyproject's layers contract, top first, each a list of module names."""
+    import tomllib
+
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (contract,) = [c for c in cfg["contracts"] if c["type"] == "layers"]
+    return [[m.strip() for m in layer.replace(":", "|").split("|")] for layer in contract["layers"]]
+
+
+def _component(module: str, named: set[str]) -> str | None:
+    """The contract entry that owns ``module`` (its longest named prefix), None if unnamed."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in named:
+            return ".".join(parts[:i])
+    return None
+
+
+def test_import_layers_match_the_real_imports() -> None:
+    """Issue 25: the layers must be no looser than the code. Each entry of the contract sits at
+    exactly its height in the import graph (1 + the highest entry it imports; 0 for one that
+    imports none), so an entry placed above what it needs, or a module nobody placed, fails."""
+    import functools
+
+    import grimp
+
+    layers = _layer_contract()
+    named = {m for layer in layers for m in layer}
+    graph = grimp.build_graph("geohead")
+    unplaced = sorted(m for m in graph.modules if _component(m, named) is None
+                      and m not in ("geohead", "geohead.training") and not m.endswith("__main__"))
+    assert not unplaced, f"modules in no layer of pyproject's contract: {unplaced}"
+    deps: dict[str, set[str]] = {c: set() for c in named}
+    for m in graph.modules:
+        src = _component(m, named)
+        for target in graph.find_modules_directly_imported_by(m):
+            dst = _component(target, named)
+            if src and dst and dst != src:
+                deps[src].add(dst)
+
+    @functools.lru_cache(None)
+    def height(c: str) -> int:
+        return 1 + max((height(d) for d in deps[c]), default=-1)
+
+    placed = {m: len(layers) - 1 - i for i, layer in enumerate(layers) for m in layer}
+    wrong = {m: f"in layer {placed[m]} (from the bottom), imports reach {height(m)}"
+             for m in sorted(named) if placed[m] != height(m)}
+    assert not wrong, f"pyproject's layers disagree with the real imports: {wrong}"

@@ -34,7 +34,7 @@ def _spec(**fields: Any) -> str:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> Path:
     """A folder of bad inputs beside a copy of a tiny run: every case runs in it."""
-    from geohead.checkpoint import load_checkpoint, save_checkpoint
+    from geohead.training.checkpoint import load_checkpoint, save_checkpoint
 
     w = tmp_path_factory.mktemp("bad_inputs")
     run = w / "run"
@@ -225,7 +225,7 @@ def _api_cases() -> list[tuple[str, Callable[[Path], Any], str, str]]:
     from geohead.heads import HeadSpec
 
     def recipe(over: list[str]) -> Callable[[Path], Any]:
-        from geohead.config import load_recipe
+        from geohead.training.config import load_recipe
 
         return lambda w: load_recipe(RECIPE, TINY + over)
 
@@ -253,8 +253,8 @@ def _api_cases() -> list[tuple[str, Callable[[Path], Any], str, str]]:
         ("spec-string-dim", lambda w: HeadSpec.from_dict({"in_dim": "8", "out_dim": 4}), "SpecError", "'8'"),
         ("spec-unknown-key", lambda w: HeadSpec.from_dict({"in_dim": 8, "out_dim": 4, "evil": 1}), "SpecError", "evil"),
         ("spec-other-format", lambda w: HeadSpec.from_dict({"format": "x", "in_dim": 8, "out_dim": 4}), "SpecError", "'x'"),
-        ("recipe-empty", lambda w: __import__("geohead.config").config.load_recipe(w / "empty.toml"), "ConfigError", "empty.toml"),
-        ("recipe-not-utf8", lambda w: __import__("geohead.config").config.load_recipe(w / "latin1.toml"), "ConfigError", "UTF-8"),
+        ("recipe-empty", lambda w: __import__("geohead.training.config").config.load_recipe(w / "empty.toml"), "ConfigError", "empty.toml"),
+        ("recipe-not-utf8", lambda w: __import__("geohead.training.config").config.load_recipe(w / "latin1.toml"), "ConfigError", "UTF-8"),
         ("recipe-lr-inf", recipe(["optim.lr=inf"]), "ConfigError", "optim.lr"),
         ("recipe-objective-arg-nan", recipe(["objective_args.lambda_offdiag=nan"]), "ConfigError", "lambda_offdiag"),
         ("recipe-backbone-args-network", recipe(["backbone.args={pretrained_cfg_overlay={file=\"x\"}}"]), "ConfigError", "pretrained_cfg_overlay"),
@@ -264,8 +264,8 @@ def _api_cases() -> list[tuple[str, Callable[[Path], Any], str, str]]:
         ("load-head-not-export", lambda w: _export().load_head(w / "run"), "ExportError", "config.json"),
         ("checkpoint-bitflip", lambda w: _ckpt().load_checkpoint(w / "bitflip.ckpt"), "CheckpointError", "bitflip.ckpt"),
         ("checkpoint-not-safetensors", lambda w: _ckpt().load_checkpoint(w / "file.txt"), "CheckpointError", "file.txt"),
-        ("load-trained-bitflip", lambda w: __import__("geohead.model").model.load_trained(w / "bitflip.ckpt"), "CheckpointError", "checksum"),
-        ("load-trained-head-imports", lambda w: __import__("geohead.model").model.load_trained(w / "pwnspec.ckpt"), "SpecError", "pwn_geohead:Evil"),
+        ("load-trained-bitflip", lambda w: __import__("geohead.training.model").model.load_trained(w / "bitflip.ckpt"), "CheckpointError", "checksum"),
+        ("load-trained-head-imports", lambda w: __import__("geohead.training.model").model.load_trained(w / "pwnspec.ckpt"), "SpecError", "pwn_geohead:Evil"),
         ("export-out-is-file", lambda w: _export().export_backbone(w / "run", w / "file.txt"), "ExportError", "file.txt"),
         ("export-bitflip", lambda w: _export().export_backbone(w / "bitflip.ckpt", w / "e"), "CheckpointError", "checksum"),
         ("export-head-imports", lambda w: _export().export_backbone(w / "pwnspec.ckpt", w / "e", with_head=True), "ExportError", "pwn_geohead"),
@@ -293,9 +293,9 @@ def _export():
 
 
 def _ckpt():
-    import geohead.checkpoint
+    import geohead.training.checkpoint
 
-    return geohead.checkpoint
+    return geohead.training.checkpoint
 
 
 def _report():
@@ -305,8 +305,8 @@ def _report():
 
 
 def _train(w: Path, out: str) -> Any:
-    from geohead.config import load_recipe
-    from geohead.train import train
+    from geohead.training.config import load_recipe
+    from geohead.training.loop import train
 
     return train(load_recipe(RECIPE, TINY + [out]))
 

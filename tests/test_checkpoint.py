@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from geohead import GeometricHead
-from geohead.checkpoint import CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
+from geohead.training.checkpoint import CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
 
 
 def test_round_trip_model_and_optimizer(tmp_path) -> None:

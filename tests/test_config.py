@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from geohead.config import ConfigError, TrainConfig, apply_overrides, config_from_dict, load_recipe, parse_override
+from geohead.training.config import ConfigError, TrainConfig, apply_overrides, config_from_dict, load_recipe, parse_override
 
 
 def test_defaults_validate_and_round_trip() -> None:

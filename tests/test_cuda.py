@@ -74,11 +74,11 @@ def test_compiled_train_step_matches_eager(steps) -> None:
 
 
 def test_cuda_trained_run_exports_and_loads_bit_exact_on_cpu(tmp_path, no_tf32) -> None:
-    from geohead.checkpoint import load_checkpoint
-    from geohead.config import load_recipe
+    from geohead.training.checkpoint import load_checkpoint
+    from geohead.training.config import load_recipe
     from geohead.export import export_backbone, load_backbone
-    from geohead.model import load_trained
-    from geohead.train import train
+    from geohead.training.model import load_trained
+    from geohead.training.loop import train
     from tiny_runs import TINY
 
     run = tmp_path / "run"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from geohead.checkpoint import load_checkpoint
+from geohead.training.checkpoint import load_checkpoint
 from geohead.cli import main
 from geohead.diagnose import DiagnoseSettings, fmt
 from tiny_runs import tiny_run
@@ -38,14 +38,14 @@ def nan_safe(x):
 def library_numbers(run: Path, seed: int = 3) -> dict:
     """The same measurements, made here by calling the library directly (models built by the
     training code's own builder, not by geohead.diagnose)."""
-    from geohead.config import config_from_dict
+    from geohead.training.config import config_from_dict
     from geohead.data import ORBIT_FAMILIES, load_dataset, make_view_fn
     from geohead.features import extract
     from geohead.geometry import (
         EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
     )
-    from geohead.evaluate import run_probes
-    from geohead.model import build_models, build_teacher
+    from geohead.training.evaluate import run_probes
+    from geohead.training.model import build_models, build_teacher
 
     ck = load_checkpoint(run)
     conf = json.loads(json.dumps(ck.meta["config"]))

@@ -54,9 +54,9 @@ def test_torchrun_recipe_equals_single_process(tmp_path) -> None:
     BatchNorm statistics are per process unless SyncBatchNorm (CUDA only) joins them, so the
     equality is tested with a model that has no batch coupling: a small ViT and a LayerNorm head.
     """
-    from geohead.checkpoint import load_checkpoint
-    from geohead.config import load_recipe
-    from geohead.train import train
+    from geohead.training.checkpoint import load_checkpoint
+    from geohead.training.config import load_recipe
+    from geohead.training.loop import train
 
     recipe = ROOT / "recipes" / "barlow_shapes_cpu.toml"
     sets = ["data.n_train=256", "optim.batch_size=64", "optim.max_steps=2", "head.spec.hidden_dim=64",

@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 import geohead
 from geohead.backbones import create_backbone, rebuild_backbone
-from geohead.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from geohead.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from geohead.cli import main
 from geohead.export import ExportError, export_backbone, load_backbone, load_head, read_metadata, tensor_checksum
 from tiny_runs import tiny_run
@@ -212,8 +212,8 @@ def test_load_backbone_round_trips_every_kind(vit_run, resnet_run, tmp_path) -> 
     assert next(vit.parameters()).dtype == torch.float32
     assert torch.equal(features(vit, x), features(backbone_of(vit_run, round_to=torch.bfloat16), x))
     # a whole SSLModel: its backbone, and its head with with_head
-    from geohead.config import config_from_dict
-    from geohead.model import build_models
+    from geohead.training.config import config_from_dict
+    from geohead.training.model import build_models
 
     model = build_models(config_from_dict(load_checkpoint(resnet_run).meta["config"]))[0]
     res = export_backbone(model, tmp_path / "ssl", with_head=True)

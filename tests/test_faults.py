@@ -70,7 +70,7 @@ def test_a_torn_metrics_line_is_dropped_and_the_run_resumes(run_copy) -> None:
 
 
 def test_rerunning_a_finished_run_keeps_a_valid_summary(run_copy) -> None:
-    from geohead.checkpoint import load_checkpoint
+    from geohead.training.checkpoint import load_checkpoint
 
     last_loss = load_checkpoint(run_copy).meta["last_loss"]
     res = _train(run_copy)  # nothing left to train

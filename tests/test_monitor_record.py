@@ -56,8 +56,8 @@ def test_the_monitor_and_the_search_write_the_record() -> None:
 
 
 def test_the_training_loop_writes_the_record(tmp_path) -> None:
-    from geohead.config import load_recipe
-    from geohead.train import train
+    from geohead.training.config import load_recipe
+    from geohead.training.loop import train
 
     cfg = load_recipe("recipes/barlow_shapes_cpu.toml", [
         f'out="{tmp_path / "run"}"', "data.n_train=128", "data.n_test=64", "optim.batch_size=32", "optim.max_steps=2",

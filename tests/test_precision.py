@@ -1,5 +1,5 @@
 """bf16 autocast and torch.compile where they run on the CPU: the training step's reduced-precision
-and compiled paths (geohead.train.setup: ``precision``, ``compile``) against fp32 eager.
+and compiled paths (geohead.training.loop.setup: ``precision``, ``compile``) against fp32 eager.
 
 The same comparisons run on a GPU in tests/test_cuda.py (marked ``cuda``); tolerances are stated
 in tests/step_compare.py.

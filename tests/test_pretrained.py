@@ -115,7 +115,7 @@ def test_a_pickle_that_needs_code_is_refused_and_never_runs(tmp_path):
 
 
 def test_a_torch_or_lightning_file_is_named_as_such(tmp_path):
-    from geohead.checkpoint import CheckpointError, load_checkpoint
+    from geohead.training.checkpoint import CheckpointError, load_checkpoint
 
     lightning, _ = WRITERS["lightly (Lightning .ckpt)"][0](tmp_path)
     torch.save({"w": torch.ones(2)}, tmp_path / "sd.pt")
@@ -197,7 +197,7 @@ def test_cli_diagnose_errors_exit_2_without_traceback(tmp_path):
     res = CliRunner().invoke(main, ["diagnose", str(path), "--method", "nope"])
     assert res.exit_code == 2 and "unknown method 'nope'" in res.output
     assert not list(tmp_path.glob("*.diagnose.json"))
-    from geohead.checkpoint import save_checkpoint
+    from geohead.training.checkpoint import save_checkpoint
 
     own = save_checkpoint(tmp_path / "last.ckpt", {"x": torch.zeros(1)}, {"step": 1})  # geohead's own format
     for cmd in (["diagnose", str(own), "--method", "vicreg"], ["export", str(own), "--out", str(tmp_path / "o"), "--method", "vicreg"]):

@@ -101,7 +101,7 @@ def test_readme_options_exist(sub: str):
 
 
 def test_readme_train_overrides_are_valid_recipe_keys():
-    from geohead.config import load_recipe
+    from geohead.training.config import load_recipe
 
     lines = [c for c in COMMANDS if c[0] == "train"]
     assert lines

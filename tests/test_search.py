@@ -61,7 +61,7 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     assert spec.depth == best["depth"] and spec.out_dim == best["out_dim"] and spec.in_dim == 128
     head = GeometricHead.from_spec(out / "pick_head.json")
     assert head(torch.randn(4, 128)).shape[1] == spec.output_dim
-    from geohead.config import load_recipe
+    from geohead.training.config import load_recipe
 
     cfg = load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{out / "pick_head.json"}"'])
     assert cfg.head.resolve("barlow", 128) == spec
@@ -94,7 +94,7 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
 
 def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, monkeypatch) -> None:
     import geohead.search.trial as TR
-    import geohead.train as T
+    import geohead.training.loop as T
 
     real_train, real_step, real_crit = T.train, T.ssl_step, TR.trained_criteria
     calls = []

@@ -6,7 +6,7 @@ import functools
 import pytest
 import torch
 
-from geohead.config import HeadConfig
+from geohead.training.config import HeadConfig
 from geohead.objectives import get_objective
 from geohead.search.escape import EscapePremise, escape_premise, premise_head_spec, screen_verdict
 

@@ -104,7 +104,7 @@ def test_dashboard_command_per_storage(tmp_path) -> None:
 def test_one_progress_bar_over_the_study() -> None:
     import optuna
 
-    from geohead.search.progress import StudyProgress
+    from geohead.search.runner import StudyProgress
 
     study = optuna.create_study(direction="maximize")
     for v in (0.3, 0.7, 0.5):

@@ -210,7 +210,7 @@ def test_write_search_plots_from_trials_csv(tmp_path) -> None:
 
 
 def test_local_workers_spread_over_the_visible_gpus() -> None:
-    from geohead.search.workers import worker_device
+    from geohead.search.runner import worker_device
 
     assert [worker_device("cuda", i, 4) for i in range(6)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3", "cuda:0", "cuda:1"]
     assert worker_device("auto", 3, 2) == "cuda:1"

@@ -13,9 +13,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from geohead.checkpoint import load_checkpoint
+from geohead.training.checkpoint import load_checkpoint
 from geohead.cli import main
-from geohead.config import load_recipe
+from geohead.training.config import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*_shapes_cpu.toml"))
@@ -45,7 +45,7 @@ def test_six_recipes_exist() -> None:
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_shapes_recipe_trains_end_to_end(recipe: Path, tmp_path) -> None:
-    from geohead.train import train
+    from geohead.training.loop import train
 
     # the linear probes (12 factors x 2 spaces) run for one recipe; kNN for all
     linear = "true" if recipe.stem.startswith("barlow") else "false"
@@ -73,7 +73,7 @@ def test_shapes_recipe_trains_end_to_end(recipe: Path, tmp_path) -> None:
 
 
 def test_resume_continues_the_same_loss_curve(tmp_path) -> None:
-    from geohead.train import train
+    from geohead.training.loop import train
 
     recipe = ROOT / "recipes" / "byol_shapes_cpu.toml"  # EMA teacher + predictor: the most state
     extra = ["optim.max_steps=4", "track.ckpt_every=1", "probe.enabled=false"]
@@ -115,7 +115,7 @@ def test_killed_run_resumes(tmp_path) -> None:
 
 
 def test_diverging_run_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatch) -> None:
-    import geohead.train as T
+    import geohead.training.loop as T
 
     real = T.ssl_step
     calls = {"n": 0}
@@ -149,7 +149,7 @@ def test_bad_recipe_fails_before_training(tmp_path) -> None:
 
 
 def test_different_run_in_folder_is_refused(tmp_path) -> None:
-    from geohead.train import train
+    from geohead.training.loop import train
 
     recipe = ROOT / "recipes" / "vicreg_shapes_cpu.toml"
     train(small_cfg(recipe, tmp_path / "run", ["optim.max_steps=1", "probe.enabled=false"]))

@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from geohead.checkpoint import load_checkpoint
-from geohead.config import ConfigError, config_from_dict
+from geohead.training.checkpoint import load_checkpoint
+from geohead.training.config import ConfigError, config_from_dict
 
 TINY = {
     "objective": "simsiam",
@@ -32,7 +32,7 @@ def _cfg(tmp_path=None, **changes):
 
 
 def test_init_scale_multiplies_head_linear_weights_only() -> None:
-    from geohead.model import build_models
+    from geohead.training.model import build_models
 
     torch.manual_seed(0)
     ref, *_ = build_models(_cfg())
@@ -66,7 +66,7 @@ def test_bad_init_scale_and_view_args_name_the_key() -> None:
 def test_callback_sees_every_epoch_and_the_view_args(tmp_path) -> None:
     """With every random view operation switched off by view_args the two views are the same image;
     the callback runs before the first update and after each epoch, on the checkpointed weights."""
-    from geohead.train import train
+    from geohead.training.loop import train
 
     identity_views = {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0], "flip_p": 0.0, "jitter_p": 0.0,
                       "gray_p": 0.0}

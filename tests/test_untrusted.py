@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from geohead.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from geohead.training.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from geohead.errors import SpecError
 from geohead.export import ExportError, export_backbone, load_backbone, load_head
 from geohead.heads import GeometricHead, HeadSpec, register_activation
@@ -94,7 +94,7 @@ def test_head_json_naming_a_module_beside_the_export_is_refused(pwn, copy_export
 
 
 def test_checkpoint_head_spec_naming_a_module_is_refused_by_load_and_export(pwn, run, tmp_path) -> None:
-    from geohead.model import load_trained
+    from geohead.training.model import load_trained
 
     ck = load_checkpoint(run)
     meta = dict(ck.meta)

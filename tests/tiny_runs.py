@@ -17,8 +17,8 @@ _CACHE: dict[tuple, Path] = {}
 
 
 def tiny_run(tmp_path_factory, recipe: str, backbone: str | None = None, extra: tuple[str, ...] = ()) -> Path:
-    from geohead.config import load_recipe
-    from geohead.train import train
+    from geohead.training.config import load_recipe
+    from geohead.training.loop import train
 
     key = (recipe, backbone, tuple(extra))
     if key not in _CACHE:

@@ -148,7 +148,7 @@ def simclr_config(args: argparse.Namespace, tag: str, head: dict[str, Any], *, e
     ``width_cut`` narrows hidden/out widths (smoke scale only); ``data`` replaces the CIFAR-10
     DataConfig fields (e.g. the built-in shapes), ``view_args`` the released views.
     """
-    from geohead.config import config_from_dict
+    from geohead.training.config import config_from_dict
 
     spec = dict(head)
     if width_cut is not None:
@@ -176,9 +176,9 @@ def simclr_config(args: argparse.Namespace, tag: str, head: dict[str, Any], *, e
 def train_or_load(cfg, overwrite: bool = False):
     """Train ``cfg`` (or resume its finished run) and return the model in eval mode (CPU), the
     run folder and the pretraining data's (mean, std)."""
-    from geohead.checkpoint import load_checkpoint
-    from geohead.model import build_models
-    from geohead.train import train
+    from geohead.training.checkpoint import load_checkpoint
+    from geohead.training.model import build_models
+    from geohead.training.loop import train
 
     t = time.perf_counter()
     train(cfg, overwrite=overwrite)

@@ -67,7 +67,7 @@ TOL = 1e-6
 
 
 def config(args, act: str):
-    from geohead.config import config_from_dict
+    from geohead.training.config import config_from_dict
 
     s = {**SETTINGS[args.scale], **{k: v for k, v in (("epochs", args.epochs), ("n_train", args.n_train)) if v}}
     w = s["width"]
@@ -193,7 +193,7 @@ class Recorder:
 
 
 def run_head(args, act: str) -> dict:
-    from geohead.train import train
+    from geohead.training.loop import train
 
     cfg = config(args, act)
     args.epochs_total = int(cfg.optim.epochs)

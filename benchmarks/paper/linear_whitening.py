@@ -85,7 +85,7 @@ def top_condition(lam: list[float], m: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     args = C.finish_args(C.parser(__doc__, "linear_whitening").parse_args(argv))
     t0 = time.perf_counter()
-    from geohead.model import build_models
+    from geohead.training.model import build_models
 
     cfg = C.simclr_config(args, "simclr_linear", LINEAR_HEAD, epochs=EPOCHS[args.scale],
                           width_cut=64 if args.scale == "smoke" else None)

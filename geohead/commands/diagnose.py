@@ -42,7 +42,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     """
     from pathlib import Path
 
-    from geohead.checkpoint import CheckpointError
+    from geohead.training.checkpoint import CheckpointError
     from geohead.diagnose import DiagnoseSettings, default_json_path, diagnose as run, format_table
     from geohead.io import atomic_write_text, folder_problem
 

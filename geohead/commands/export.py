@@ -36,7 +36,7 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
     timm.create_model("local-dir:DIR", pretrained=True, num_classes=0);
     CIFAR-stem ResNets with geohead.load_backbone(DIR).
     """
-    from geohead.checkpoint import CheckpointError
+    from geohead.training.checkpoint import CheckpointError
     from geohead.export import ExportError, export_backbone
 
     mean, std = parse_floats("mean", foreign.pop("mean")), parse_floats("std", foreign.pop("std"))

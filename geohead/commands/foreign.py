@@ -93,7 +93,7 @@ def is_geohead_source(source: str | os.PathLike) -> bool:
 
     try:
         with safe_open(str(p), framework="pt") as f:
-            return (f.metadata() or {}).get("format") == "geohead.checkpoint/1"
+            return (f.metadata() or {}).get("format") == "geohead.training.checkpoint/1"
     except Exception:  # noqa: BLE001 - unreadable: let geohead's reader name the problem
         return True
 

@@ -20,7 +20,7 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
 
     A run folder that already holds the same run is resumed from its last checkpoint.
     """
-    from geohead.config import ConfigError, load_recipe
+    from geohead.training.config import ConfigError, load_recipe
 
     extra = list(overrides)
     if head_file:
@@ -38,8 +38,8 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
     problem = folder_problem(cfg.out_dir)
     if problem:
         fail(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; give another --out folder")
-    from geohead.checkpoint import CheckpointError
-    from geohead.train import TrainingDiverged, train as run_training
+    from geohead.training.checkpoint import CheckpointError
+    from geohead.training.loop import TrainingDiverged, train as run_training
 
     click.echo(f"geohead train: {cfg.objective} on {cfg.data.name} -> {cfg.out_dir}", err=True)
     try:

@@ -234,7 +234,7 @@ def _state_dict_of(path: Path) -> dict[str, Tensor]:
         if path.suffix == ".safetensors":
             raise
         meta = None
-    if meta is not None and str(meta.get("format", "")).startswith("geohead.checkpoint"):
+    if meta is not None and str(meta.get("format", "")).startswith("geohead.training.checkpoint"):
         raise ExportError(f"{str(path)!r} is a geohead checkpoint, which records its own architecture; drop "
                           f"--architecture/--model-arg/--prefix: geohead export {path} --out DIR")
     if meta is not None:

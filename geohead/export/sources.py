@@ -11,7 +11,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from geohead._version import __version__
-from geohead.checkpoint import Checkpoint
+from geohead.training.checkpoint import Checkpoint
 from geohead.export.format import ExportError
 from geohead.heads import HeadSpec
 

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from geohead._version import __version__
-from geohead.checkpoint import Checkpoint, load_checkpoint
+from geohead.training.checkpoint import Checkpoint, load_checkpoint
 from geohead.export.format import (
     CONFIG_NAME, DTYPES, EXPORT_FORMAT, HEAD_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, WEIGHTS_NAME, ExportError,
     check_architecture, encode_metadata, tensor_checksum,
@@ -146,7 +146,7 @@ def export_backbone(
 
     Args:
         source: a run folder or ``.ckpt`` file of ``geohead train`` (or a loaded
-            :class:`~geohead.checkpoint.Checkpoint`), geohead's ``SSLModel`` (its ``.backbone``
+            :class:`~geohead.training.checkpoint.Checkpoint`), geohead's ``SSLModel`` (its ``.backbone``
             is exported, ``.head`` with ``with_head``), or a backbone from
             :func:`geohead.backbones.create_backbone`, or any timm model (trained by lightly,
             Lightning, your own loop): its architecture and arguments are inferred and checked

@@ -80,7 +80,7 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
 
     s = (settings or DiagnoseSettings()).validate()
     say = _Clock(progress)
-    from geohead.model import resolve_device
+    from geohead.training.model import resolve_device
 
     device = resolve_device(s.device)  # "cuda" without CUDA is a ValueError that says so
     obj = _objective(objective, head, objective_state)
@@ -150,7 +150,7 @@ def _curvature(enc: InputAdapter, head: nn.Module, obj: nn.Module, predictor: nn
 def _orbits_collapse_probes(enc: InputAdapter, head: nn.Module, test: Any, train: Any, s: DiagnoseSettings,
                             device: torch.device, say: _Clock) -> dict[str, Any]:
     from geohead.data import ORBIT_FAMILIES
-    from geohead.evaluate import probe_targets
+    from geohead.training.evaluate import probe_targets
     from geohead.features import extract
     from geohead.geometry import collapse_monitors, orbit_invariance
     from geohead.probes import guillotine_report

@@ -12,15 +12,15 @@ predicts quality.
 Modules: :mod:`~geohead.search.config` (settings and their checks), :mod:`~geohead.search.space`
 (the space, ``--fix``/``--range``), :mod:`~geohead.search.criteria` (screen, trained criteria),
 :mod:`~geohead.search.score` (the label-free score and its weights),
-:mod:`~geohead.search.escape` (the escape criterion where Thm 4.1's premise holds), :mod:`~geohead.search.inputs` (what a worker's trials share, prepared once),
-:mod:`~geohead.search.trial` (one trial), :mod:`~geohead.search.seen` (heads already measured),
-:mod:`~geohead.search.study` (study, sampler, successive halving),
-:mod:`~geohead.search.storage` (storages, their checks, heartbeats, retries),
-:mod:`~geohead.search.workers` (the trial loop, local worker processes),
-:mod:`~geohead.search.progress` (the study's progress bar), :mod:`~geohead.search.runner`
-(``run_search``), :mod:`~geohead.search.results` (trials.csv, rungs.csv, statistics),
-:mod:`~geohead.search.plots` (PNGs), :mod:`~geohead.search.outputs` (best_head.json, search.json,
-the table).
+:mod:`~geohead.search.escape` (the escape criterion where Thm 4.1's premise holds),
+:mod:`~geohead.search.inputs` (what a worker's trials share, prepared once),
+:mod:`~geohead.search.trial` (one trial), :mod:`~geohead.search.reference` (the published head
+every study measures), :mod:`~geohead.search.verdict` (the pick against it at fresh seeds),
+:mod:`~geohead.search.results` (trials.csv, rungs.csv, statistics), :mod:`~geohead.search.plots`
+(PNGs), :mod:`~geohead.search.outputs` (best_head.json, search.json, the table). The
+orchestration takes three: :mod:`~geohead.search.storage` (storages, their checks, heartbeats,
+retries), :mod:`~geohead.search.study` (study, sampler, successive halving, heads already
+measured) and :mod:`~geohead.search.runner` (``run_search``, worker processes, the progress bar).
 
 ``from geohead.search import run_search, SearchConfig, write_search_plots``; optuna, scipy and
 matplotlib load only when a search runs or plots are drawn.

@@ -255,7 +255,7 @@ def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any],
     ``cfg.max_steps`` steps of ``cfg.batch_size`` on ``n_images`` images (one cosine schedule over
     ``max_steps``, which successive halving may cut short), no probes, no per-trial progress bar,
     ``--set`` applied. Raises :class:`SearchError` naming a bad ``--set`` key or value."""
-    from geohead.config import ConfigError, apply_overrides, config_from_dict
+    from geohead.training.config import ConfigError, apply_overrides, config_from_dict
 
     steps = int(cfg.max_steps)
     epochs = steps / max(1, n_images // cfg.batch_size)

@@ -2,7 +2,7 @@
 
 The training data (loaded once; every trial trains on it) and its probe splits, the training
 config every trial starts from, the initial backbone (built by
-:func:`geohead.model.seeded_models`, as :func:`geohead.train.train` builds it) with its
+:func:`geohead.training.model.seeded_models`, as :func:`geohead.training.loop.train` builds it) with its
 BatchNorm calibrated on two views of a batch and its features of those views, tangents of a few
 orbits, the collapsed state around the real feature mean, whether Thm 4.1's premise holds there
 (:mod:`geohead.search.escape`), and the search space scaled to the backbone's feature dimension d.
@@ -47,7 +47,7 @@ class TrialInputs:
         eval_inputs: what the trained criteria need.
         space: the search space, ``--fix``/``--range`` applied.
         premise: Thm 4.1's premise for the objective (whether the escape criterion is on).
-        data: the training set every trial trains on (:func:`geohead.model.training_data` of ``base``).
+        data: the training set every trial trains on (:func:`geohead.training.model.training_data` of ``base``).
     """
 
     device: torch.device
@@ -83,7 +83,7 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     Raises :class:`SearchError` for data that cannot be read or is too small, a bad ``--set``,
     and ``--score knn`` without labels; ``echo`` receives notes (a probe split held out of a file).
     """
-    from geohead.model import resolve_device
+    from geohead.training.model import resolve_device
 
     device = resolve_device(cfg.device)
     data = _training_data(cfg)
@@ -124,7 +124,7 @@ def _capped_prototypes(base: dict[str, Any], spec: HeadSpec) -> tuple[dict[str, 
     width of the search is capped at 4·d (:mod:`geohead.search.space`,
     :mod:`geohead.search.reference`); the prototypes follow the same rule (512 at d = 128, the
     CPU recipe's; 2048 at d = 512, where solo-learn's CIFAR recipe uses 4096)."""
-    from geohead.config import config_from_dict
+    from geohead.training.config import config_from_dict
 
     user = dict(base.get("head", {}).get("spec", {}))
     cap = PROTOTYPES_PER_DIM * spec.in_dim
@@ -136,8 +136,8 @@ def _capped_prototypes(base: dict[str, Any], spec: HeadSpec) -> tuple[dict[str, 
 
 def _training_data(cfg: SearchConfig) -> Any:
     """The training images (``--data``), at least one batch of them: the training set of the
-    trials' config (:func:`geohead.model.training_data`), loaded once for every trial."""
-    from geohead.model import training_data
+    trials' config (:func:`geohead.training.model.training_data`), loaded once for every trial."""
+    from geohead.training.model import training_data
 
     _, stand_in = base_train_config(cfg, max(cfg.n_train or 0, 10 * cfg.batch_size))  # the data fields only
     try:
@@ -174,12 +174,12 @@ def _probe_splits(cfg: SearchConfig, data: Any, echo: Callable[[str], None]) -> 
 
 def _initial_backbone(cfg: SearchConfig, base_cfg: Any, data: Any, tangent_images: Tensor,
                       device: torch.device) -> _InitialBackbone:
-    """The backbone as train() builds it (:func:`geohead.model.seeded_models`), BatchNorm
+    """The backbone as train() builds it (:func:`geohead.training.model.seeded_models`), BatchNorm
     calibrated on two views of the first ``screen_batch`` images; its features of those views
     and the tangents of the orbits of ``tangent_images`` (float [0, 1])."""
     from geohead.data import make_view_fn
     from geohead.features import image_encoder
-    from geohead.model import seeded_models
+    from geohead.training.model import seeded_models
 
     try:
         model, objective, head_spec, _ = seeded_models(base_cfg)  # as train() builds it

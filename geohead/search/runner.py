@@ -1,14 +1,18 @@
-"""``run_search``: run (or resume) a search and write its outputs.
+"""``run_search``: run (or resume) a search with one or more workers, and write its outputs.
 
-The study lives in an Optuna storage (:mod:`geohead.search.storage`, default ``OUT/study.db``);
-one or more workers (:mod:`geohead.search.workers`) run trials (:mod:`geohead.search.trial`)
-until it holds ``trials`` distinct measured heads, the timeout passes or the space is exhausted,
-then the pick is checked against the published head, which every study measures
-(:mod:`geohead.search.reference`, :mod:`geohead.search.verdict`), and the outputs are written
-(:mod:`geohead.search.outputs`). ``trials`` counts heads measured by
-the study (complete, pruned, failed; a trial that repeated a head is not counted), so rerunning
-the same command resumes a study until it holds ``trials`` of them; a FAIL that was retried (its
+The study lives in an Optuna storage (:mod:`geohead.search.storage`, default ``OUT/study.db``;
+sampler, pruner and measured heads: :mod:`geohead.search.study`). Workers run trials
+(:mod:`geohead.search.trial`) until the study holds ``trials`` distinct measured heads, the
+timeout passes or the space is exhausted; then the pick is checked against the published head,
+which every study measures (:mod:`geohead.search.reference`, :mod:`geohead.search.verdict`), and
+the outputs are written (:mod:`geohead.search.outputs`). ``trials`` counts heads measured by the
+study (complete, pruned, failed; a trial that repeated a head is not counted), so rerunning the
+same command resumes a study until it holds ``trials`` of them; a FAIL that was retried (its
 worker died) is replaced by its retry.
+
+One worker runs in the calling process; with ``workers > 1`` each is a spawned process
+(:func:`worker_main`) with its share of the CPU threads and, on several GPUs, its own device.
+One progress bar (:class:`StudyProgress`) covers the whole search.
 
 Every input is checked before anything is written: the settings (:meth:`SearchConfig.validate`:
 names, sizes, ``--set`` keys and values, ``--fix``/``--range``, the storage URL), the data (read,
@@ -21,14 +25,23 @@ corrected rerun.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
+
+import torch
 
 from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, auto_workers
+from geohead.search.criteria import TrialDiverged
+from geohead.search.inputs import TrialInputs, prepare_trial_inputs
 from geohead.search.reference import enqueue_reference, published_spec, reference_trial
-from geohead.search.study import create_study, quiet_optuna
-from geohead.search.workers import echo_stderr, prepare_and_describe, run_worker, worker_main
+from geohead.search.storage import (count_trials, dashboard_command, describe, fail_stale, has_heartbeat, open_storage,
+                                     storage_url)
+from geohead.search.study import create_study, load_worker_study, measured_heads, quiet_optuna
+from geohead.search.trial import TrialError, TrialRunner, trial_line
 
 
 @dataclasses.dataclass
@@ -70,9 +83,6 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     import optuna
 
     from geohead.search.outputs import write_outputs
-    from geohead.search.progress import StudyProgress
-    from geohead.search.storage import dashboard_command, describe, storage_url
-
     cfg.validate()
     check_data(cfg)  # before anything is written; downloads here (once) when asked
     cfg = dataclasses.replace(cfg, download=False)
@@ -117,7 +127,6 @@ def _verdict(cfg: SearchConfig, study: Any, inputs: Any, say: Callable[[str], No
     """The pick against the published head at ``cfg.confirm_seeds`` fresh seeds
     (:mod:`geohead.search.verdict`), trained here on the prepared ``inputs``."""
     from geohead.search.outputs import best_trial
-    from geohead.search.trial import TrialRunner
     from geohead.search.verdict import run_verdict
 
     runner = TrialRunner(cfg, inputs, say)
@@ -129,8 +138,6 @@ def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:
     """Create the output folder, open the storage and create (or resume) the study; a folder this
     call created is removed again when the storage or the study cannot be opened."""
     import shutil
-
-    from geohead.search.storage import open_storage
 
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
@@ -154,8 +161,6 @@ def _run_workers(cfg: SearchConfig, url: str, deadline: float | None, say: Calla
 
     import optuna
 
-    from geohead.search.storage import open_storage
-
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=worker_main, args=(dataclasses.asdict(cfg), i, url, deadline), daemon=False)
              for i in range(cfg.workers)]
@@ -172,4 +177,199 @@ def _run_workers(cfg: SearchConfig, url: str, deadline: float | None, say: Calla
     return "timeout" if deadline is not None and time.time() >= deadline else "target"
 
 
-__all__ = ["SearchResult", "check_data", "run_search"]
+def echo_stderr(text: str) -> None:
+    """The default ``echo`` of the search: a line on stderr."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def worker_device(device: str, worker: int, n_cuda: int) -> str:
+    """The device of local worker ``worker``: with ``auto``/``cuda`` and several visible GPUs,
+    worker i takes ``cuda:(i mod n_cuda)`` (one trial per GPU); an explicit ``cuda:K`` or
+    ``cpu`` is kept as given.
+    """
+    if device in ("auto", "cuda") and n_cuda > 1:
+        return f"cuda:{worker % n_cuda}"
+    return device
+
+
+def run_worker(cfg: SearchConfig, worker: int, url: str, deadline: float | None,
+               echo: Callable[[str], None] | None = None, inputs: TrialInputs | None = None,
+               on_trial: Callable[[Any], None] | None = None) -> str:
+    """One worker: run trials until the study holds ``cfg.trials`` distinct measured heads, time
+    is up (``deadline``, a ``time.time()``) or every head of the space is measured; ``inputs``
+    (prepared here when None) are the data and initial features, ``on_trial(study)`` is called
+    after every trial. Returns why it stopped: ``target``, ``timeout`` or ``space``."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    quiet_optuna()
+    cfg, echo = _local_worker(cfg, worker, echo or echo_stderr)
+    storage = open_storage(url, cfg.heartbeat)
+    study = load_worker_study(cfg, storage, worker)
+    heartbeat = has_heartbeat(storage)
+    runner = _runner(cfg, echo, inputs)
+    runner.deadline = deadline  # a hard limit: the trial in flight stops at its next epoch end
+    size = runner.inputs.space.size()
+
+    def finished(study: Any, t: Any) -> None:
+        if "duplicate_of" not in t.user_attrs:
+            echo(f"[{count_trials(study)['done']}/{cfg.trials}] {trial_line(t)}")
+        if on_trial is not None:
+            on_trial(study)
+
+    while True:
+        why = _wants_trial(study, cfg, deadline, heartbeat, size)
+        if why:
+            if why == "space":
+                echo(f"every head of the space ({size}) is measured: the search ends")
+            return why
+        study.optimize(runner.objective, n_trials=1, catch=(TrialDiverged, TrialError), callbacks=[finished],
+                       gc_after_trial=True)
+
+
+def _local_worker(cfg: SearchConfig, worker: int, echo: Callable[[str], None]) -> tuple[SearchConfig, Callable[[str], None]]:
+    """With several local workers: worker ``worker``'s share of the threads, its device, and its
+    lines prefixed with ``[worker i]``; one worker keeps ``cfg`` and ``echo``."""
+    if cfg.workers == 1:
+        return cfg, echo
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.workers))
+    cfg = dataclasses.replace(cfg, device=worker_device(cfg.device, worker, torch.cuda.device_count()))
+    prefix = f"[worker {worker}] "
+    return cfg, lambda s: echo(prefix + s)
+
+
+def _wants_trial(study: Any, cfg: SearchConfig, deadline: float | None, heartbeat: bool, size: int) -> str | None:
+    """None when this worker should start another trial (before the deadline, while the study
+    holds fewer than ``cfg.trials`` measured and running heads or has trials waiting, and heads
+    of the space are unmeasured), else why not: ``timeout``, ``space`` or ``target``. When the
+    rest are running on other workers (RDB storages), wait for them: a dead worker's trial is
+    failed and retried here."""
+    while True:
+        fail_stale(study)
+        c = count_trials(study)
+        if deadline is not None and time.time() >= deadline:
+            return "timeout"
+        if len(measured_heads(study)) >= size:
+            return "space"
+        if c["done"] + c["running"] < cfg.trials or c["waiting"]:
+            return None
+        if not (c["running"] and heartbeat):
+            return "target"
+        time.sleep(min(2.0, cfg.heartbeat))
+
+
+def _runner(cfg: SearchConfig, echo: Callable[[str], None], inputs: TrialInputs | None = None) -> TrialRunner:
+    """The worker's trial runner, its inputs prepared unless given."""
+    if inputs is None:
+        inputs = prepare_trial_inputs(cfg, echo)
+    return TrialRunner(cfg, inputs, echo)
+
+
+def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> TrialInputs:
+    """:func:`prepare_trial_inputs`, with the space and the time it took printed."""
+    t0 = time.perf_counter()
+    inputs = prepare_trial_inputs(cfg, echo)
+    if cfg.prune and not cfg.multi and cfg.rungs:
+        budget = (f"{cfg.min_steps} to {cfg.max_steps} steps (successive halving: the best 1/{cfg.reduction_factor} "
+                  f"go on at step{'s' if len(cfg.rungs) > 1 else ''} {', '.join(map(str, cfg.rungs))})")
+    else:
+        budget = f"{cfg.max_steps} steps (no successive halving)"
+    echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
+         f"budget per trial: {budget}\n{inputs.premise.describe()}\n"
+         f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
+    return inputs
+
+
+def worker_main(cfg_dict: dict[str, Any], worker: int, url: str, deadline: float | None) -> None:
+    """Entry point of a spawned worker process (``cfg_dict``: ``dataclasses.asdict`` of the config)."""
+    run_worker(SearchConfig(**cfg_dict), worker, url, deadline)
+
+
+def _clock(seconds: float) -> str:
+    s = int(max(0.0, seconds))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+class StudyProgress:
+    """The study's bar. :meth:`update` reads the study's counts and best trial, :meth:`write`
+    prints a line above the bar, :meth:`close` removes the ticker (the bar's last state stays)."""
+
+    def __init__(self, target: int, timeout: float | None, *, what: str = "score", enabled: bool = True,
+                 file: TextIO | None = None, force: bool = False, tick: float = 1.0) -> None:
+        self.target, self.timeout, self.what = int(target), timeout, what
+        self.file = file or sys.stderr
+        self.t0 = time.time()
+        self.best: tuple[float, int] | None = None
+        self.done = 0
+        self.bar: Any = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        on_tty = bool(getattr(self.file, "isatty", lambda: False)())
+        if enabled and (on_tty or force):
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.target, unit="head", file=self.file,
+                            bar_format="search {n_fmt}/{total_fmt} heads |{bar:20}| {desc}", leave=True)
+            self._draw()
+            if tick > 0:
+                self._thread = threading.Thread(target=self._run, args=(tick,), daemon=True)
+                self._thread.start()
+
+    def postfix(self) -> str:
+        """``elapsed 1:23 / 8:00, best score 0.512 (trial 7)``."""
+        elapsed = _clock(time.time() - self.t0)
+        limit = f" / {_clock(self.timeout)}" if self.timeout else ""
+        best = f", best {self.what} {self.best[0]:.4f} (trial {self.best[1]})" if self.best else f", no {self.what} yet"
+        return f"elapsed {elapsed}{limit}{best}"
+
+    def update(self, study: Any) -> None:
+        """Counts and best value from ``study`` (single-objective: the best COMPLETE trial; with
+        several objectives: the highest label-free score among them)."""
+        from optuna.trial import TrialState
+
+        self.done = count_trials(study)["done"]
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        complete = [t for t in complete if "duplicate_of" not in t.user_attrs]
+        if complete:
+            if len(study.directions) > 1:
+                t = max(complete, key=lambda t: t.user_attrs.get("score", float("-inf")))
+                self.best = (float(t.user_attrs.get("score", float("nan"))), t.number)
+            else:
+                t = max(complete, key=lambda t: t.values[0])
+                self.best = (float(t.values[0]), t.number)
+        self._draw()
+
+    def write(self, line: str) -> None:
+        """Print ``line`` above the bar (or plainly when there is no bar)."""
+        if self.bar is None:
+            print(line, file=self.file, flush=True)
+            return
+        from tqdm.auto import tqdm
+
+        with self._lock:
+            tqdm.write(line, file=self.file)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self.bar is not None:
+            self._draw()
+            self.bar.close()
+
+    def _draw(self) -> None:
+        if self.bar is None:
+            return
+        with self._lock:
+            self.bar.n = min(self.done, self.target)
+            self.bar.set_description_str(self.postfix(), refresh=False)
+            self.bar.refresh()
+
+    def _run(self, tick: float) -> None:
+        while not self._stop.wait(tick):
+            self._draw()
+
+
+__all__ = ["SearchResult", "StudyProgress", "check_data", "echo_stderr", "prepare_and_describe", "run_search", "run_worker",
+           "worker_device", "worker_main"]

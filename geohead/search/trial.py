@@ -12,7 +12,7 @@ A trial:
 2. screens it at init (:func:`~geohead.search.criteria.screen`): where Thm 4.1's premise holds
    for the objective (:mod:`geohead.search.escape`), a head that cannot escape collapse is
    PRUNED before any training; the other screen criteria are recorded, not acted on;
-3. trains backbone + head with :func:`geohead.train.train` on one schedule of ``max_steps``
+3. trains backbone + head with :func:`geohead.training.loop.train` on one schedule of ``max_steps``
    steps; at each successive-halving rung (:mod:`geohead.search.study`) it measures the trained
    criteria, reports its value and stops when it is not among the best 1/r there (single-objective
    studies: Optuna does not prune multi-objective ones, whose trials train ``max_steps``);
@@ -22,7 +22,7 @@ A trial:
 
 A NaN/inf loss or criterion, or any other error inside a trial, makes the trial FAIL (reason in
 its ``fail_reason`` attribute) and the study goes on. A trial that draws a head the study has
-measured is not trained (:mod:`geohead.search.seen`): under the common seed the result would be
+measured is not trained (:mod:`geohead.search.study`): under the common seed the result would be
 identical. :meth:`TrialRunner.measure_head` trains a head at another seed outside the study (the
 verdict's confirmation runs, :mod:`geohead.search.verdict`).
 """
@@ -45,7 +45,7 @@ from geohead.search.escape import screen_verdict
 from geohead.search.score import SCORE_CRITERIA, geometric_score, score_components
 from geohead.search.inputs import TrialInputs
 from geohead.search.reference import in_space, is_reference, published_spec
-from geohead.search.seen import head_key, measured_heads, unmeasured_params
+from geohead.search.study import head_key, measured_heads, unmeasured_params
 
 
 
@@ -163,7 +163,7 @@ class TrialRunner:
     def _train_and_measure(self, trial: Any, spec: HeadSpec) -> float | tuple[float, ...]:
         """Train ``spec`` with the backbone (successive-halving rungs in a single-objective study),
         record the trained criteria and return the trial's objective value(s)."""
-        from geohead.train import TrainingDiverged, train
+        from geohead.training.loop import TrainingDiverged, train
 
         tcfg = self._train_config(self.trial_dir(trial.number), spec)
         rungs = None if self.cfg.multi else self._rung_callback(trial)
@@ -238,7 +238,7 @@ class TrialRunner:
         batches, views) drawn from ``seed`` in ``out``, and return its trained criteria with the
         score, the score's components (``score_*``) and the objective ``value`` a trial would
         return (the score, or kNN accuracy with ``score="knn"``; the score with ``multi``)."""
-        from geohead.train import TrainingDiverged, train
+        from geohead.training.loop import TrainingDiverged, train
 
         try:
             result = train(self._train_config(out, spec, seed), overwrite=True)
@@ -254,7 +254,7 @@ class TrialRunner:
     def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None) -> Any:
         """A trial's ``TrainConfig``: the shared base with this head, in ``out`` (and ``seed``
         instead of the common one when given)."""
-        from geohead.config import config_from_dict
+        from geohead.training.config import config_from_dict
 
         d = copy.deepcopy(self.inputs.base)
         d["out"] = str(out)

@@ -11,7 +11,7 @@ import time
 
 import torch
 
-import geohead.train as train_module
+import geohead.training.loop as train_module
 from geohead.search import SearchConfig, run_search
 
 torch.set_num_threads(1)

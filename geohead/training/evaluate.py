@@ -6,8 +6,8 @@ from typing import Any, Callable
 
 import torch
 
-from geohead.config import TrainConfig
-from geohead.model import SSLModel
+from geohead.training.config import TrainConfig
+from geohead.training.model import SSLModel
 
 
 def run_probes(cfg: TrainConfig, model: SSLModel, train_data: Any, device: torch.device,

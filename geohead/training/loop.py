@@ -4,7 +4,7 @@
                                        EMA teacher (BYOL, DINO) -> target branch
 
 It reads top to bottom: :func:`setup` builds the run (data, schedule, models from
-:mod:`geohead.model`, optimiser), :func:`restore` resumes it from its checkpoint, :func:`ssl_step`
+:mod:`geohead.training.model`, optimiser), :func:`restore` resumes it from its checkpoint, :func:`ssl_step`
 is the method's loss on one batch, :func:`train_step` one update, :func:`finish` the probes and
 summary. :func:`train` returns the trained model, teacher and objective in its result.
 
@@ -30,11 +30,11 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead._version import __version__
-from geohead.checkpoint import load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
-from geohead.config import ConfigError, TrainConfig
+from geohead.training.checkpoint import load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
+from geohead.training.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
 from geohead.io import atomic_write_text, folder_problem
-from geohead.model import SSLModel, build_teacher, resolve_device, seeded_models, training_data
+from geohead.training.model import SSLModel, build_teacher, resolve_device, seeded_models, training_data
 from geohead.objectives import Objective, ema_update_
 
 
@@ -122,7 +122,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
 
     ``callback`` (optional) receives an :class:`EpochEnd` before the first update and after
     every epoch, e.g. for per-epoch measurements that the tracker does not make. ``data``
-    (optional): ``cfg``'s training set, :func:`~geohead.model.training_data`, when the caller
+    (optional): ``cfg``'s training set, :func:`~geohead.training.model.training_data`, when the caller
     holds it already (the search loads it once for all its trials).
 
     Raises :class:`TrainingDiverged` on a NaN/inf loss (the last good checkpoint stays), and
@@ -156,11 +156,11 @@ def _init_distributed() -> bool:
 
 
 def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
-    """Data on the device (``data``, or :func:`~geohead.model.training_data`), the schedule, the
-    models (:func:`~geohead.model.seeded_models`), the optimiser and the wrappers (DDP, compile,
+    """Data on the device (``data``, or :func:`~geohead.training.model.training_data`), the schedule, the
+    models (:func:`~geohead.training.model.seeded_models`), the optimiser and the wrappers (DDP, compile,
     bf16 autocast) of one process."""
     from geohead.data import make_view_fn
-    from geohead.optim import build_optimizer, scaled_lr
+    from geohead.training.optim import build_optimizer, scaled_lr
 
     device = resolve_device(cfg.device)
     if device.type == "cuda" and world > 1:
@@ -234,7 +234,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
         start_step = int(ck.meta["step"])
         if run.is_main:
-            from geohead.tracker import truncate_metrics
+            from geohead.training.tracker import truncate_metrics
 
             truncate_metrics(out / "metrics.jsonl", start_step)
         run.resumed_loss = float(ck.meta.get("last_loss", float("nan")))
@@ -249,7 +249,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
 
 def save(run: Run, step: int, last_loss: float) -> None:
     """Write ``last.ckpt`` (main process): model, teacher, objective and optimiser state with the
-    run's metadata (what :func:`geohead.model.load_trained` and ``geohead export`` read)."""
+    run's metadata (what :func:`geohead.training.model.load_trained` and ``geohead export`` read)."""
     if not run.is_main:
         return
     tensors = {f"model.{k}": v for k, v in run.model.state_dict().items()}
@@ -320,7 +320,7 @@ def ssl_step(objective: Objective, model: nn.Module, teacher: nn.Module | None, 
 def train_step(run: Run, step: int, views: list[Tensor], lr: float) -> tuple[Tensor, Tensor, Tensor]:
     """One update at learning rate ``lr``: loss, NaN check, backward, clip, optimiser, EMA.
     Returns (loss, features of view 0, embeddings of view 0)."""
-    from geohead.optim import set_lr
+    from geohead.training.optim import set_lr
 
     cfg = run.cfg
     if hasattr(run.objective, "set_epoch"):
@@ -351,8 +351,8 @@ def train_step(run: Run, step: int, views: list[Tensor], lr: float) -> tuple[Ten
 def _loop(run: Run, start_step: int, callback: Callable[[EpochEnd], None] | None) -> float:
     """Steps ``start_step .. run_steps``: views, update, logging, monitors, checkpoints, callbacks.
     Returns the last loss (of the global batch where it was logged)."""
-    from geohead.optim import lr_at
-    from geohead.tracker import Tracker
+    from geohead.training.optim import lr_at
+    from geohead.training.tracker import Tracker
 
     cfg, spe = run.cfg, run.steps_per_epoch
     tracker = Tracker(cfg, run.objective, run.out / "metrics.jsonl", run.is_main)
@@ -405,7 +405,7 @@ def _loop(run: Run, start_step: int, callback: Callable[[EpochEnd], None] | None
 def finish(run: Run, last_loss: float) -> RunResult:
     """Probes (``probes.json``) and ``summary.json`` on the main process; the result."""
     from geohead.data import load_dataset
-    from geohead.evaluate import run_probes
+    from geohead.training.evaluate import run_probes
 
     result = RunResult(run.out, run.run_steps, last_loss, run.model, run.teacher, run.objective)
     if not run.is_main:

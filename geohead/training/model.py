@@ -1,5 +1,5 @@
 """The SSL model: backbone + head (+ predictor, + EMA teacher) and the objective, built from a
-:class:`~geohead.config.TrainConfig` or rebuilt from a checkpoint.
+:class:`~geohead.training.config.TrainConfig` or rebuilt from a checkpoint.
 
     views -> backbone -> features z (B, d) -> head -> embeddings e (B, k) (-> predictor)
 
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from geohead.checkpoint import Checkpoint, load_checkpoint
+from geohead.training.checkpoint import Checkpoint, load_checkpoint
 from geohead.heads import GeometricHead, HeadSpec
 from geohead.objectives import OBJECTIVES, Objective, get_objective, make_teacher
 
 if TYPE_CHECKING:
-    from geohead.config import TrainConfig
+    from geohead.training.config import TrainConfig
 
 
 class SSLModel(nn.Module):
@@ -107,7 +107,7 @@ def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadS
 
 
 def training_data(cfg: TrainConfig) -> Any:
-    """The training set of ``cfg`` (``data.name`` … with ``cfg.seed``): what :func:`geohead.train.train`
+    """The training set of ``cfg`` (``data.name`` … with ``cfg.seed``): what :func:`geohead.training.loop.train`
     trains on and what the search loads once for all its trials."""
     from geohead.data import load_dataset
 
@@ -117,7 +117,7 @@ def training_data(cfg: TrainConfig) -> Any:
 
 def seeded_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadSpec | None]:
     """:func:`build_models` after seeding torch's global generator with ``cfg.seed``: the initial
-    models of a run (the backbone is drawn first), as :func:`geohead.train.train` and the search
+    models of a run (the backbone is drawn first), as :func:`geohead.training.loop.train` and the search
     (which measures the initial backbone) both build them."""
     torch.manual_seed(cfg.seed)
     return build_models(cfg)

@@ -22,7 +22,7 @@ from torch import Tensor
 from geohead.filekind import read_error
 from geohead.io import SafetensorsReadError, read_safetensors, save_safetensors, tensor_checksum
 
-FORMAT = "geohead.checkpoint/1"
+FORMAT = "geohead.training.checkpoint/1"
 
 
 class CheckpointError(ValueError):

@@ -6,7 +6,7 @@ import math
 import torch
 from torch import nn
 
-from geohead.config import OptimConfig
+from geohead.training.config import OptimConfig
 
 
 def param_groups(modules: list[nn.Module], weight_decay: float) -> list[dict]:

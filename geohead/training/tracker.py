@@ -12,9 +12,9 @@ import torch
 from torch import Tensor, nn
 
 from geohead import distributed
-from geohead.config import TrainConfig
+from geohead.training.config import TrainConfig
 from geohead.io import atomic_write_text
-from geohead.model import SSLModel
+from geohead.training.model import SSLModel
 from geohead.objectives import Objective
 
 
