@@ -56,3 +56,33 @@ def test_the_reference_head_is_narrow_but_keeps_prototypes() -> None:
     assert (premise_head_spec(barlow).hidden_dim, premise_head_spec(barlow).out_dim) == (256, 256)
     dino = HeadConfig().resolve("dino", 128)
     assert premise_head_spec(dino).prototypes == dino.prototypes and premise_head_spec(dino).out_dim == dino.out_dim
+
+
+@pytest.mark.usefixtures("one_thread", "tiny_whitening")
+@pytest.mark.parametrize("escape", [True, False])
+def test_no_escape_keeps_the_heads_the_constraint_prunes(tmp_path, monkeypatch, escape: bool) -> None:
+    """DINO (premise holds). The screen is made to report every head as unable to escape (its
+    real criteria, with ``screen_escape_negative`` set to 0): with the constraint on, every trial
+    but the published head's is pruned by the screen and marked infeasible; ``escape=False``
+    (``--no-escape``) trains them all, with the escape numbers still recorded, and the study's
+    settings say the constraint was off."""
+    import optuna
+
+    from geohead.search import SearchConfig, run_search, trial as trial_module
+
+    real = trial_module.screen
+    monkeypatch.setattr(trial_module, "screen", lambda *a, **k: {**real(*a, **k), "screen_escape_negative": 0.0})
+    out = tmp_path / "s"
+    cfg = SearchConfig(objective="dino", out=str(out), n_train=256, batch_size=64, steps=2, probe_train=128,
+                       probe_test=64, orbit_images=8, families=("hue",), screen_batch=64, timeout=None,
+                       progress=False, trials=3, confirm_seeds=0, escape=escape)
+    run_search(cfg)
+    study = optuna.load_study(study_name=cfg.study_name, storage=f"sqlite:///{out / 'study.db'}")
+    others = [t for t in study.trials if not t.user_attrs.get("reference") and "duplicate_of" not in t.user_attrs]
+    assert len(others) >= 2, [t.user_attrs for t in study.trials]
+    for t in others:
+        assert "screen_escape_lambda_min" in t.user_attrs  # recorded either way
+        pruned_by_screen = str(t.user_attrs.get("pruned_by", "")).startswith("screen: cannot escape")
+        assert pruned_by_screen is escape and t.user_attrs["constraint"] == (1.0 if escape else 0.0)
+        assert (t.state == optuna.trial.TrialState.PRUNED) is escape
+    assert ("escape" in study.user_attrs["search_config"]) is (not escape)

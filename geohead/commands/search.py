@@ -69,6 +69,7 @@ def _workers(value: str) -> int | str:
 @click.option("--probe-train", type=int, default=5000, show_default=True, help="Images whose features train the kNN probe.")
 @click.option("--probe-test", type=int, default=2000, show_default=True, help="Images the kNN probe is tested on.")
 @click.option("--no-prune", is_flag=True, help="Train every candidate for --max-steps (no screen, no successive halving).")
+@click.option("--no-escape", is_flag=True, help="Keep heads that cannot escape collapse (the escape constraint off; successive halving stays).")
 @click.option("--heartbeat", type=int, default=20, show_default=True, help="Seconds between heartbeats of a running trial (RDB storages).")
 @click.option("--keep-checkpoints", is_flag=True, help="Keep every trial's last.ckpt.")
 @click.option("--no-progress", is_flag=True, help="No progress bar over the study.")
@@ -77,7 +78,7 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
            min_steps: int | None, max_steps: int | None, reduction_factor: int, steps: int | None, batch_size: int,
            trials: int, timeout: str, workers: int, storage: str | None, study: str | None,
            out: str | None, seed: int, device: str, score: str, multi: bool, sampler: str | None, fix: tuple[str, ...],
-           ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool,
+           ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool, no_escape: bool,
            heartbeat: int, keep_checkpoints: bool, no_progress: bool, confirm_seeds: int) -> None:
     """Design a projection head for OBJECTIVE on your backbone and data.
 
@@ -102,7 +103,7 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
         min_steps=min_steps, max_steps=max_steps, reduction_factor=reduction_factor, steps=steps, batch_size=batch_size, trials=trials, timeout=_timeout(timeout), workers=_workers(workers),
         storage=storage, study=study, seed=seed, device=device, score=score, multi=multi, sampler=sampler,
         fix=tuple(fix), ranges=tuple(ranges), overrides=tuple(overrides), probe_train=probe_train,
-        probe_test=probe_test, prune=not no_prune, heartbeat=heartbeat, keep_checkpoints=keep_checkpoints,
+        probe_test=probe_test, prune=not no_prune, escape=not no_escape, heartbeat=heartbeat, keep_checkpoints=keep_checkpoints,
         progress=not no_progress, confirm_seeds=confirm_seeds,
     )
     try:

@@ -76,6 +76,9 @@ class SearchConfig:
         prune: the screen's escape constraint (where Thm 4.1's premise holds: see
             :mod:`geohead.search.escape`) and successive halving on (off: every trial trains
             ``max_steps``).
+        escape: the escape constraint alone (off: every head's escape curvature is still recorded,
+            but none is pruned or marked infeasible for it; successive halving stays on). Recorded
+            in the study's settings only when off, so studies made before it existed resume.
         heartbeat: seconds between heartbeats of a running trial (RDB storages).
         keep_checkpoints: keep every trial's last.ckpt (default: deleted once the trial is measured;
             ``geohead train --head best_head.json`` retrains the winner at full length).
@@ -117,6 +120,7 @@ class SearchConfig:
     families: tuple[str, ...] = DEFAULT_FAMILIES
     screen_batch: int = 256
     prune: bool = True
+    escape: bool = True
     heartbeat: int = 20
     keep_checkpoints: bool = False
     progress: bool = True
@@ -162,6 +166,7 @@ class SearchConfig:
                 "reduction_factor", "batch_size", "seed",
                 "score", "multi", "fix", "ranges", "overrides", "probe_train", "probe_test", "orbit_images",
                 "families", "screen_batch", "prune")
+        keys += () if self.escape else ("escape",)
         d = dataclasses.asdict(self)
         return {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keys}
 

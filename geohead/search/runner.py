@@ -274,8 +274,11 @@ def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
                   f"go on at step{'s' if len(cfg.rungs) > 1 else ''} {', '.join(map(str, cfg.rungs))})")
     else:
         budget = f"{cfg.max_steps} steps (no successive halving)"
+    premise = inputs.premise.describe()
+    if inputs.premise.holds and not cfg.escape:
+        premise += "; but --no-escape is set: escape curvature is recorded, and no head is pruned or marked infeasible for it"
     echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
-         f"budget per trial: {budget}\n{inputs.premise.describe()}\n"
+         f"budget per trial: {budget}\n{premise}\n"
          f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
     return inputs
 

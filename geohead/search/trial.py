@@ -130,8 +130,8 @@ class TrialRunner:
 
     def _screen(self, trial: Any, spec: HeadSpec) -> None:
         """Screen ``spec`` at init and record the criteria and the escape constraint; prune it
-        (single-objective studies with pruning on) when Thm 4.1's premise holds and it cannot
-        escape collapse (:mod:`geohead.search.escape`)."""
+        (single-objective studies with pruning and the escape constraint on) when Thm 4.1's
+        premise holds and it cannot escape collapse (:mod:`geohead.search.escape`)."""
         import optuna
 
         try:
@@ -140,7 +140,7 @@ class TrialRunner:
             raise _fail(trial, str(exc)) from None
         for k, v in crit.items():
             trial.set_user_attr(k, v)
-        verdict = screen_verdict(crit, self.inputs.premise)
+        verdict = screen_verdict(crit, self.inputs.premise) if self.cfg.escape else None
         trial.set_user_attr("constraint", 1.0 if verdict else 0.0)
         if verdict and self.cfg.prune and not self.cfg.multi and not is_reference(trial):
             trial.set_user_attr("pruned_by", verdict)
