@@ -74,17 +74,17 @@ CRITERIA = ("score", "score_rankme", "score_uniformity", "score_invariance", "sc
 
 # ---------------------------------------------------------------------- the search
 def run_the_search(objective: str, out: Path, data: dict[str, str], seed: int, scale: dict[str, Any],
-                   timeout: float | None, backbone: str | None, trials: int | None = None) -> Path:
+                   timeout: float | None, backbone: str | None, trials: int | None = None, **settings: Any) -> Path:
     """Run (or reuse, when its search.json exists) the search; return its folder. ``trials``:
     stop at that many distinct heads instead of at the timeout (a result that does not depend on
-    how busy the machine is)."""
+    how busy the machine is); ``settings``: other SearchConfig fields (e.g. ``escape=False``)."""
     from geohead.search import SearchConfig, run_search
 
     folder = out / objective / "search"
     if (folder / "search.json").is_file():
         print(f"[{objective}] reusing the search in {folder}", flush=True)
         return folder
-    kw = dict(scale["search"])
+    kw = dict(scale["search"]) | settings
     if timeout is not None:
         kw["timeout"] = timeout
     if trials is not None:
