@@ -310,7 +310,7 @@ def test_the_report_composes_tangents_of_a_few_orbits_and_local_invariance_exact
     """``tangent_orbits``/``local`` (what the search's criteria use): the report's parts are the
     parts computed by hand on the first orbits, bit for bit, and compression still uses all."""
     from geohead.geometry.orbits import Orbits, compression
-    from geohead.geometry.span import between_image_directions, effective_span, local_invariance
+    from geohead.geometry.local_invariance import between_image_directions, effective_span, local_invariance
 
     torch.manual_seed(0)
     images = torch.rand(N, C, 2 * S, 2 * S, dtype=F64)

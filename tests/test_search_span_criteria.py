@@ -1,5 +1,5 @@
 """The search's trained criteria record the local invariance ratio and the soft Fisher rank
-(geohead.geometry.span) beside the old columns (issue 14); the score's components follow their
+(geohead.geometry.local_invariance) beside the old columns (issue 14); the score's components follow their
 formulas (issue 15)."""
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ Submodules (import what you need; all depend on torch only), one concept each:
 * :mod:`~geohead.geometry.orbits` — :func:`build_orbits`, per-space orbit geometry, compression.
 * :mod:`~geohead.geometry.tangents` — :func:`tangent_invariance` (Jacobian gain and Fisher rank on
   augmentation tangents).
-* :mod:`~geohead.geometry.span` — :func:`local_invariance` (tangent gain over between-image gain
+* :mod:`~geohead.geometry.local_invariance` — :func:`local_invariance` (tangent gain over between-image gain
   within the backbone's effective span; soft effective rank of the tangent Fisher).
 * :mod:`~geohead.geometry.invariance` — :func:`orbit_invariance`, the report composing the two.
 * :mod:`~geohead.geometry.linear` — :func:`linear_head_geometry` (Thm 3.1's implicit whitening).
@@ -44,7 +44,7 @@ from geohead.geometry.monitors import (
 )
 from geohead.geometry.operators import Operator
 from geohead.geometry.orbits import build_orbits
-from geohead.geometry.span import (
+from geohead.geometry.local_invariance import (
     LocalInvariance, between_image_directions, effective_rank, effective_span, local_invariance,
 )
 from geohead.geometry.summary import SpectrumSummary, spectrum_summary

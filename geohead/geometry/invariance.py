@@ -25,11 +25,11 @@ Orbits, ``encode``/``head``/``transform`` and the spreads are as in :mod:`geohea
   dimension rank[v_1 … v_m]: the Fisher-rank loss of Thm 5.3 (directions the head destroys and
   the backbone keeps);
 * optionally (``local=True``) the local invariance ratio and the soft tangent-Fisher rank within
-  the backbone's effective span (:mod:`geohead.geometry.span`).
+  the backbone's effective span (:mod:`geohead.geometry.local_invariance`).
 
 The parts live in :mod:`geohead.geometry.orbits` (orbits, per-space geometry, compression),
 :mod:`geohead.geometry.tangents` (tangents, tangent invariance, Fisher rank) and
-:mod:`geohead.geometry.span` (local invariance); this module composes them into an
+:mod:`geohead.geometry.local_invariance` (local invariance); this module composes them into an
 :class:`InvarianceReport`. The search's orbit criteria are this report per family.
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from geohead.geometry.orbits import (
     Encode, Orbits, SpaceGeometry, Transform, build_orbits, compression, space_geometry,
 )
-from geohead.geometry.span import LocalInvariance, between_image_directions, effective_span, local_invariance
+from geohead.geometry.local_invariance import LocalInvariance, between_image_directions, effective_span, local_invariance
 from geohead.geometry.tangents import TangentInvariance, orbit_tangents, tangent_invariance
 
 
@@ -57,7 +57,7 @@ class InvarianceReport:
         compression: the default width-invariant factor ("relative", see :func:`compression`);
         compression_paper_l2, compression_paper_var: the paper's two formulas, by name.
         tangents: :class:`TangentInvariance` (None when the sweep has fewer than 3 values).
-        local: :class:`~geohead.geometry.span.LocalInvariance` (None unless asked for, or with
+        local: :class:`~geohead.geometry.local_invariance.LocalInvariance` (None unless asked for, or with
             fewer than 2 tangent orbits).
     """
 

@@ -32,7 +32,7 @@ features, orbit compression through the head (width- and scale-invariant ``relat
 geometric mean over the families; recorded, not scored) with tangent invariance and Fisher-rank
 loss, ``local_invariance`` (the tangent gain over the between-image gain within the backbone's
 effective span) and ``fisher_effective_rank`` / ``fisher_soft_rank_loss`` / ``fisher_tangent_rank``
-(the soft Fisher rank; :mod:`geohead.geometry.span`; they are components of the score whose
+(the soft Fisher rank; :mod:`geohead.geometry.local_invariance`; they are components of the score whose
 default weight is 0: see :data:`~geohead.search.score.SCORE_WEIGHTS`), H_eff at the
 trained features of two views (stable rank and spread, λ_min, λ_max, within-rank condition
 number), and, where the data has labels, kNN accuracy of backbone and head features (the ground

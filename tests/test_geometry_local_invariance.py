@@ -1,4 +1,4 @@
-"""The local invariance ratio and the soft Fisher rank (geohead.geometry.span) against dense
+"""The local invariance ratio and the soft Fisher rank (geohead.geometry.local_invariance) against dense
 per-point Jacobians (torch.func.jacrev, float64), and the changes they must not see."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from geohead.geometry.orbits import Orbits
-from geohead.geometry.span import (
+from geohead.geometry.local_invariance import (
     between_image_directions, effective_rank, effective_span, local_invariance,
 )
 from geohead.geometry.tangents import orbit_tangents, tangent_invariance
