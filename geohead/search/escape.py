@@ -87,19 +87,20 @@ def premise_head_spec(base: HeadSpec) -> HeadSpec:
 def escape_premise(name: str, objective: nn.Module, base: HeadSpec, z: Tensor, collapsed: tuple[Tensor, Tensor],
                    predictor_spec: Callable[[int], HeadSpec | None], seed: int, spread: float) -> EscapePremise:
     """Measure Thm 4.1's premise for ``objective`` (see the module docstring); ~0.1 s."""
-    from geohead.geometry import escape_curvature
+    from geohead.geometry import EscapeSettings, escape_curvature
     from geohead.objectives import CollapsedState
     from geohead.search.criteria import build_head
 
     spec = premise_head_spec(base)
     head, predictor = build_head(spec, z, seed, predictor_spec(spec.output_dim))
     state = CollapsedState(collapsed[0], collapsed[1], "complete", 0, spread)
-    esc = escape_curvature(head, objective, predictor=predictor, state=state, mode="fast", dtype=torch.float64,
-                           pullback=False, objective_spectrum=True, m_over_h=False,
+    settings = EscapeSettings(mode="fast", dtype=torch.float64, pullback=False, objective_spectrum=True, m_over_h=False)
+    esc = escape_curvature(head, objective, settings=settings, predictor=predictor, state=state,
                            generator=torch.Generator().manual_seed(seed))
-    return EscapePremise(objective=name, holds=bool(esc.premise_holds), frame=esc.frame,
-                         lambda_min_objective=esc.lambda_min_objective, lambda_max_objective=esc.lambda_max_objective,
-                         grad_norm=float(esc.grad_norm), gradient_vanishes=bool(esc.gradient_vanishes),
+    ref = esc.reference
+    return EscapePremise(objective=name, holds=bool(ref.premise_holds), frame=esc.frame,
+                         lambda_min_objective=ref.lambda_min_objective, lambda_max_objective=ref.lambda_max_objective,
+                         grad_norm=float(ref.grad_norm), gradient_vanishes=bool(ref.gradient_vanishes),
                          equilibrium=esc.equilibrium, reference_head=spec.describe())
 
 
