@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.collapse import escape_curvature
+from geohead.geometry.collapse import PREMISE_SETTINGS, escape_curvature, escape_premise
 from geohead.geometry.escape import RECORD_KEYS, EscapeCurvature, EscapeReference, EscapeSettings
 from geohead.geometry.monitors import alpha_req, collapse_monitors, normalized_std, rankme, within_rank_condition
 from geohead.heads import GeometricHead
@@ -191,6 +191,23 @@ def test_the_answer_keeps_its_reference_apart_and_writes_one_flat_record() -> No
     assert r.frame == "tangent" and r.reference.lambda_min_H_ambient is not None
     assert d["lambda_min_H_ambient"] == r.reference.lambda_min_H_ambient
 
+
+def test_escape_premise_is_the_reference_of_the_escape_curvature() -> None:
+    """Thm 4.1's premise through a head is the reference part of escape_curvature in
+    PREMISE_SETTINGS: MSE to a target (∇²_e L = (2/k)·I) holds at the perturbed state, Barlow Twins
+    (batch standardisation) fails."""
+    obj, head, _ = setup("byol", {"distance": "mse"}, "silu")
+    state = obj.collapsed_state(B, D, generator=_gen(0))
+    p = escape_premise(head, obj, state, predictor=nn.Identity(), generator=_gen(3), reference_head="a SiLU head")
+    esc = escape_curvature(head, obj, settings=PREMISE_SETTINGS, predictor=nn.Identity(), state=state, generator=_gen(3))
+    ref = esc.reference
+    assert p.holds and p.holds == ref.premise_holds and p.objective == "byol" and p.reference_head == "a SiLU head"
+    assert (p.lambda_min_objective, p.lambda_max_objective, p.grad_norm, p.frame, p.equilibrium) == \
+        (ref.lambda_min_objective, ref.lambda_max_objective, ref.grad_norm, esc.frame, esc.equilibrium)
+    assert p.why.startswith("its Hessian is positive semi-definite") and "reason" not in p.to_dict()
+    obj, head, _ = setup("barlow", {}, "relu")
+    p = escape_premise(head, obj, obj.collapsed_state(B, D, generator=_gen(0)))
+    assert not p.holds and p.why.startswith("its Hessian is indefinite") and p.reference_head == "GeometricHead"
 
 # ---------------------------------------------------------------------- monitors
 def embeddings_with_covariance(eigenvalues: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:

@@ -30,10 +30,15 @@ import torch
 from torch import Tensor, nn
 
 from geohead.geometry.equilibrium import RefinedState, Stationarity, refine_collapsed, stationarity
-from geohead.geometry.escape import EscapeCurvature, EscapeReference, EscapeSettings
+from geohead.geometry.escape import EscapeCurvature, EscapePremise, EscapeReference, EscapeSettings
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.lanczos import LanczosResult, lanczos
 from geohead.geometry.summary import count_negative, m_over_h_ratio
+
+#: How :func:`escape_premise` measures: the objective's spectrum only (no G, no ‖M‖/‖H‖), with
+#: the fast Lanczos budget in float64.
+PREMISE_SETTINGS = EscapeSettings(mode="fast", dtype=torch.float64, pullback=False, objective_spectrum=True,
+                                  m_over_h=False)
 
 
 def _lz(op, k: int, which: str, max_iter: int | None, tol: float | None, generator: torch.Generator | None,
@@ -148,6 +153,24 @@ def escape_curvature(
                                             eh.objective_hessian_tangent)),
         reference=_reference(eh, lh, spectra, s.tol, s.grad_tol),
     )
+
+
+def escape_premise(head: nn.Module, objective: nn.Module, state: Any, *, predictor: nn.Module | None = None,
+                   generator: torch.Generator | None = None, reference_head: str | None = None) -> EscapePremise:
+    """Thm 4.1's premise for ``objective`` at ``state`` (a CollapsedState: z1, z2 of shape (B, d)),
+    measured through ``head`` (a reference head, in_dim = d): "the objective's Hessian ∇²_e L is
+    positive semi-definite [in the frame of :func:`escape_curvature`] and its gradient ∇_e L ≠ 0"
+    at e = head(z1) (B, k). ``predictor`` as for :func:`escape_curvature`; ``reference_head``
+    names the head in the record (default: its class name). One Lanczos run of the objective's
+    Hessian in :data:`PREMISE_SETTINGS` (~0.1 s for the search's reference head)."""
+    esc = escape_curvature(head, objective, settings=PREMISE_SETTINGS, predictor=predictor, state=state,
+                           generator=generator)
+    ref = esc.reference
+    return EscapePremise(objective=esc.objective, holds=bool(ref.premise_holds), frame=esc.frame,
+                         lambda_min_objective=ref.lambda_min_objective, lambda_max_objective=ref.lambda_max_objective,
+                         grad_norm=float(ref.grad_norm), gradient_vanishes=bool(ref.gradient_vanishes),
+                         equilibrium=esc.equilibrium,
+                         reference_head=reference_head if reference_head is not None else type(head).__name__)
 
 
 def _collapsed_state(head: nn.Module, objective: nn.Module, s: EscapeSettings, g: torch.Generator) -> Any:
@@ -266,4 +289,4 @@ def _split(eh: EffectiveHessian, lh: LanczosResult, g_op, pullback: bool, tol: f
                 negative_directions=directions)
 
 
-__all__ = ["escape_curvature"]
+__all__ = ["PREMISE_SETTINGS", "escape_curvature", "escape_premise"]

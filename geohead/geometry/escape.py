@@ -1,6 +1,7 @@
-"""Thm 4.1 measured at a collapsed state: how (:class:`EscapeSettings`) and the answer
-(:class:`EscapeCurvature`, with what the objective does apart in its :class:`EscapeReference`).
-:func:`geohead.geometry.collapse.escape_curvature` computes them.
+"""Thm 4.1 measured at a collapsed state: how (:class:`EscapeSettings`), the answer
+(:class:`EscapeCurvature`, with what the objective does apart in its :class:`EscapeReference`)
+and the premise (:class:`EscapePremise`). :mod:`geohead.geometry.collapse` computes them
+(:func:`~geohead.geometry.collapse.escape_curvature`, :func:`~geohead.geometry.collapse.escape_premise`).
 
 Thm 4.1 (docs/theory.md): "at a collapsed equilibrium, if the objective's Hessian ∇²_e L is
 positive semi-definite and its gradient ∇_e L ≠ 0, then a smooth non-linear head gives M negative
@@ -252,4 +253,44 @@ class EscapeCurvature:
         return {**ordered, **flat}
 
 
-__all__ = ["EscapeCurvature", "EscapeReference", "EscapeSettings", "FRAMES", "RECORD_KEYS"]
+@dataclasses.dataclass
+class EscapePremise:
+    """Whether Thm 4.1's premise holds for an objective at a collapsed state, measured through a
+    reference head (:func:`~geohead.geometry.collapse.escape_premise`).
+
+    Attributes:
+        objective: the objective's name.
+        holds: the premise (objective Hessian PSD in ``frame``, ∇_e L ≠ 0).
+        frame: ``"tangent"`` (cosine objectives) or ``"ambient"``.
+        lambda_min_objective, lambda_max_objective: extremes of the frame's objective Hessian.
+        grad_norm: ‖∇_e L‖ at the state; gradient_vanishes: below the tolerance.
+        equilibrium: ``"exact"``/``"none"``: whether the measured state is stationary.
+        reference_head: the head the premise was measured through.
+    """
+
+    objective: str
+    holds: bool
+    frame: str
+    lambda_min_objective: float | None
+    lambda_max_objective: float | None
+    grad_norm: float
+    gradient_vanishes: bool
+    equilibrium: str
+    reference_head: str
+
+    @property
+    def why(self) -> str:
+        """Why the premise holds or fails, in words with the measured numbers."""
+        lo, hi = self.lambda_min_objective, self.lambda_max_objective
+        spec = f"λ_min {lo:.3g}, λ_max {hi:.3g}" if lo is not None and hi is not None else "spectrum not computed"
+        if self.holds:
+            return f"its Hessian is positive semi-definite ({spec}) and ‖∇_e L‖ = {self.grad_norm:.3g} ≠ 0"
+        if self.gradient_vanishes:
+            return f"∇_e L vanishes (‖∇_e L‖ = {self.grad_norm:.3g})"
+        return f"its Hessian is indefinite ({spec})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+__all__ = ["EscapeCurvature", "EscapePremise", "EscapeReference", "EscapeSettings", "FRAMES", "RECORD_KEYS"]

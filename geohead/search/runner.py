@@ -69,6 +69,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     """
     import optuna
 
+    from geohead.search.escape import criterion_record
     from geohead.search.outputs import write_outputs
     from geohead.search.progress import StudyProgress
     from geohead.search.storage import dashboard_command, describe, storage_url
@@ -107,7 +108,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     verdict = None if interrupted else _verdict(cfg, study, inputs, say)
     dashboard = dashboard_command(url)
     summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
-                                   premise=inputs.premise.to_dict(), verdict=verdict)
+                                   premise=criterion_record(inputs.premise), verdict=verdict)
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)

@@ -15,6 +15,7 @@ import torch
 
 from geohead.search.config import SearchConfig
 from geohead.search.criteria import TrialDiverged
+from geohead.search.escape import describe_criterion
 from geohead.search.inputs import TrialInputs, prepare_trial_inputs
 from geohead.search.study import load_worker_study, quiet_optuna
 from geohead.search.trial import TrialError, TrialRunner, trial_line
@@ -123,7 +124,7 @@ def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     else:
         budget = f"{cfg.max_steps} steps (no successive halving)"
     echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
-         f"budget per trial: {budget}\n{inputs.premise.describe()}\n"
+         f"budget per trial: {budget}\n{describe_criterion(inputs.premise)}\n"
          f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")
     return inputs
 
