@@ -33,9 +33,8 @@ def test_no_module_is_too_long() -> None:
 
 
 #: Functions that may run longer than MAX_BODY: the numerical kernel ``lanczos`` (issue 25, item 6;
-#: the escape-curvature computation fits since its settings are one EscapeSettings), and
-#: export.foreign.foreign_backbone until issue 23's rework of the foreign export lands.
-LONG_KERNELS = {"geohead/geometry/lanczos.py:lanczos", "geohead/export/foreign.py:foreign_backbone"}
+#: the escape-curvature computation fits since its settings are one EscapeSettings).
+LONG_KERNELS = {"geohead/geometry/lanczos.py:lanczos"}
 MAX_BODY = 60
 
 
