@@ -7,7 +7,7 @@ two states per objective:
 
 * ``drawn``: the default collapsed state, all representations at one centre plus noise of std
   1e-2 (both views), the target branch held fixed;
-* ``equilibrium``: ``escape_curvature(refine=200)``: the exact collapsed state moved by L-BFGS on
+* ``equilibrium``: ``EscapeSettings(refine=200)``: the exact collapsed state moved by L-BFGS on
   its centre to a stationary point when one is within reach (else the drawn state is kept and
   the row says why).
 
@@ -43,7 +43,7 @@ OBJECTIVES = [
 
 
 def measure(name: str, kw: dict, pred_kind: str | None, act: str, refine: int, seed: int):
-    from geohead.geometry import escape_curvature
+    from geohead.geometry import EscapeSettings, escape_curvature
     from geohead.heads import GeometricHead
     from geohead.objectives import get_objective
 
@@ -55,14 +55,14 @@ def measure(name: str, kw: dict, pred_kind: str | None, act: str, refine: int, s
         pred = nn.Identity()
     elif pred_kind == "mlp":
         pred = GeometricHead(K, K, hidden_dim=HIDDEN, depth=2, activation=act)
-    return escape_curvature(head, obj, predictor=pred, batch_size=B, k=B * D // 2, refine=refine,
-                            generator=torch.Generator().manual_seed(seed))
+    return escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, k=B * D // 2, refine=refine),
+                            predictor=pred, generator=torch.Generator().manual_seed(seed))
 
 
 def row(label: str, act: str, r) -> str:
-    amb = f" ({r.num_negative_H_ambient})" if r.frame == "tangent" else ""
+    amb = f" ({r.reference.num_negative_H_ambient})" if r.frame == "tangent" else ""
     eq = r.equilibrium + (f" ({r.refinement['iterations']} it.)" if r.equilibrium == "refined" else "")
-    return (f"| {label} | {act} | {r.frame} | {r.gradient_relative:.1e} | {eq} | {r.lambda_min_objective:.2g} | "
+    return (f"| {label} | {act} | {r.frame} | {r.gradient_relative:.1e} | {eq} | {r.reference.lambda_min_objective:.2g} | "
             f"{r.lambda_min_H:.2g} | {r.num_negative_H}{amb} | {r.m_over_h:.2g} | {'yes' if r.saddle else 'no'} |")
 
 
@@ -83,7 +83,7 @@ def main() -> None:
             for act in ACTIVATIONS:
                 r = measure(name, kw, pred_kind, act, refine, args.seed)
                 results.append({"state": state, "objective": label, "activation": act, **r.to_dict()})
-                premise.setdefault((label, state), []).append(bool(r.premise_holds))
+                premise.setdefault((label, state), []).append(bool(r.reference.premise_holds))
                 print(row(label, act, r), flush=True)
     print("\n**Thm 4.1's premise, once per objective** (the frame's ∇²_e L PSD and ∇_e L ≠ 0; heads where it holds)\n")
     print("| objective | drawn state | equilibrium state |\n|---|---|---|")

@@ -38,7 +38,7 @@ def main() -> None:
 
     import optuna
 
-    from geohead.geometry import escape_curvature
+    from geohead.geometry import EscapeSettings, escape_curvature
     from geohead.objectives import CollapsedState
     from geohead.search.criteria import build_head, screen
     from geohead.search.config import SearchConfig
@@ -70,8 +70,8 @@ def main() -> None:
         head, pred = build_head(spec, inp.z1, inp.seed, inp.predictor_spec(spec.output_dim))
         state = CollapsedState(inp.collapsed[0], inp.collapsed[1], "complete", 0, inp.spread)
         t = time.perf_counter()
-        escape_curvature(head, inp.objective, predictor=pred, state=state, mode="fast", dtype=torch.float32,
-                         generator=torch.Generator().manual_seed(0))
+        escape_curvature(head, inp.objective, settings=EscapeSettings(mode="fast", dtype=torch.float32),
+                         predictor=pred, state=state, generator=torch.Generator().manual_seed(0))
         return time.perf_counter() - t
 
     screen(specs[-1], inp)  # warm-up (first-call allocations)
@@ -83,8 +83,10 @@ def main() -> None:
         t = time.perf_counter()
         head, pred = build_head(spec, inp.z1, inp.seed, inp.predictor_spec(spec.output_dim))
         state = CollapsedState(inp.collapsed[0], inp.collapsed[1], "complete", 0, inp.spread)
-        escape_curvature(head, inp.objective, predictor=pred, state=state, mode="fast", dtype=torch.float32,
-                         pullback=False, objective_spectrum=False, m_over_h=True, generator=torch.Generator().manual_seed(0))
+        screen_settings = EscapeSettings(mode="fast", dtype=torch.float32, pullback=False, objective_spectrum=False,
+                                         m_over_h=True)
+        escape_curvature(head, inp.objective, settings=screen_settings, predictor=pred, state=state,
+                         generator=torch.Generator().manual_seed(0))
         esc = time.perf_counter() - t
         base_esc = full_escape(spec)
         rows.append((spec.describe(), total, esc, base_esc, total - esc + base_esc, crit))

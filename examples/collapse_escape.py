@@ -24,7 +24,7 @@ import time
 import torch
 from torch import nn
 
-from geohead.geometry import escape_curvature
+from geohead.geometry import EscapeSettings, escape_curvature
 from geohead.heads import GeometricHead
 from geohead.objectives import get_objective
 
@@ -56,9 +56,8 @@ def measure(name: str, kw: dict, pred_kind: str | None, act: str, norm: str | No
         pred = GeometricHead(K, K, hidden_dim=HIDDEN, depth=2, activation=act, norm=norm)
     elif pred_kind == "none":
         pred = nn.Identity()
-    return escape_curvature(
-        head, obj, predictor=pred, batch_size=B, spread=SPREAD, k=B * D // 2, generator=torch.Generator().manual_seed(seed)
-    )
+    settings = EscapeSettings(batch_size=B, spread=SPREAD, k=B * D // 2)
+    return escape_curvature(head, obj, settings=settings, predictor=pred, generator=torch.Generator().manual_seed(seed))
 
 
 def main() -> None:
@@ -80,12 +79,13 @@ def main() -> None:
         for act in ACTIVATIONS:
             r = measure(name, kw, pred_kind, act, norm, args.seed)
             results.append({"objective": label, "activation": act, **r.to_dict()})
-            lam_e = f"{r.lambda_min_objective:.3g}"
+            ref = r.reference  # what the objective does: ∇²_e L, G
+            lam_e = f"{ref.lambda_min_objective:.3g}"
             if r.frame == "tangent":  # scale-invariant loss: H, G, ∇²_e L in the sphere-tangent frame
-                lam_e += " (tangent; ambient " + ("PSD" if r.objective_psd_ambient else "indef.") + ")"
+                lam_e += " (tangent; ambient " + ("PSD" if ref.objective_psd_ambient else "indef.") + ")"
             print(
-                f"| {label} | {act} | {lam_e} | {r.lambda_min_G:.3g} | {r.lambda_min_H:.3g} | {r.num_negative_G} | "
-                f"{r.num_negative_H} | {r.m_over_h:.2g} | {r.head_share:.2f} | {'holds' if r.premise_holds else 'fails'} |"
+                f"| {label} | {act} | {lam_e} | {ref.lambda_min_G:.3g} | {r.lambda_min_H:.3g} | {ref.num_negative_G} | "
+                f"{r.num_negative_H} | {r.m_over_h:.2g} | {r.head_share:.2f} | {'holds' if ref.premise_holds else 'fails'} |"
             )
     print(f"\n{len(results)} configurations in {time.perf_counter() - t0:.1f} s (CPU, 1 thread)")
 

@@ -202,13 +202,13 @@ def _curvature(tm: TrainedModels, test: Any, cfg: Any, s: DiagnoseSettings, devi
                say: _Clock) -> dict[str, Any]:
     """``escape`` (at the complete collapsed state), ``hessian`` and ``density`` (H_eff at two
     training views of the first ``hessian_samples`` test images)."""
-    from geohead.geometry import EffectiveHessian, escape_curvature, slq_density, spectrum_summary
+    from geohead.geometry import EffectiveHessian, EscapeSettings, escape_curvature, slq_density, spectrum_summary
     from geohead.geometry.summary import MODES
 
     head, pred, teacher_head = tm.model.head, tm.predictor, tm.teacher_head
     say("escape curvature at collapse", "escape")
-    escape = escape_curvature(head, tm.objective, predictor=pred, teacher=teacher_head, batch_size=s.collapse_batch,
-                              kind="complete", mode=s.mode, refine=s.refine,
+    settings = EscapeSettings(batch_size=s.collapse_batch, kind="complete", mode=s.mode, refine=s.refine)
+    escape = escape_curvature(head, tm.objective, settings=settings, predictor=pred, teacher=teacher_head,
                               generator=torch.Generator().manual_seed(s.seed))
     say("H_eff at real features", "hessian")
     b = min(s.hessian_samples, len(test))

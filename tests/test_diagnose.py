@@ -42,7 +42,8 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
     from geohead.data import ORBIT_FAMILIES, load_dataset, make_view_fn
     from geohead.features import extract
     from geohead.geometry import (
-        EffectiveHessian, collapse_monitors, escape_curvature, orbit_invariance, slq_density, spectrum_summary,
+        EffectiveHessian, EscapeSettings, collapse_monitors, escape_curvature, orbit_invariance, slq_density,
+        spectrum_summary,
     )
     from geohead.training.evaluate import run_probes
     from geohead.training.model import build_models, build_teacher
@@ -61,9 +62,9 @@ def library_numbers(run: Path, seed: int = 3) -> dict:
     mean, std = ck.meta["data"]["mean"], ck.meta["data"]["std"]
 
     out = {}
-    out["escape"] = escape_curvature(model.head, objective, predictor=model.predictor, teacher=teacher.head, batch_size=6,
-                                     kind="complete", mode="fast", refine=DiagnoseSettings().refine,
-                                     generator=torch.Generator().manual_seed(seed)).to_dict()
+    settings = EscapeSettings(batch_size=6, kind="complete", mode="fast", refine=DiagnoseSettings().refine)
+    out["escape"] = escape_curvature(model.head, objective, settings=settings, predictor=model.predictor,
+                                     teacher=teacher.head, generator=torch.Generator().manual_seed(seed)).to_dict()
     test = load_dataset("shapes", train=False, n=48, img_size=32, seed=0)
     views = make_view_fn(cfg.data.views or "byol", 32, mean, std, **dict(cfg.data.view_args or {}))(
         test.images[:8], torch.Generator().manual_seed(seed))

@@ -1,6 +1,7 @@
 """Thm 4.1 at collapsed states for every objective, and the collapse monitors on known spectra."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,7 +11,8 @@ import torch
 from torch import nn
 
 from geohead.errors import NonFiniteError
-from geohead.geometry.collapse import escape_curvature
+from geohead.geometry.collapse import PREMISE_SETTINGS, escape_curvature, escape_premise
+from geohead.geometry.escape import RECORD_KEYS, EscapeCurvature, EscapeReference, EscapeSettings
 from geohead.geometry.monitors import alpha_req, collapse_monitors, normalized_std, rankme, within_rank_condition
 from geohead.heads import GeometricHead
 from geohead.objectives import CollapsedState, get_objective
@@ -42,7 +44,8 @@ def setup(name: str, kw: dict, act: str, seed: int = 0):
 
 def run(name: str, kw: dict, act: str, **extra):
     obj, head, pred = setup(name, kw, act)
-    return escape_curvature(head, obj, predictor=pred, batch_size=B, k=extra.pop("k", B * D // 2), generator=_gen(0), **extra)
+    settings = EscapeSettings(batch_size=B, k=extra.pop("k", B * D // 2), **extra)
+    return escape_curvature(head, obj, settings=settings, predictor=pred, generator=_gen(0))
 
 
 # ---------------------------------------------------------------------- Thm 4.1
@@ -52,7 +55,7 @@ def test_linear_and_relu_heads_have_no_interaction_term(name: str, kw: dict) -> 
         r = run(name, kw, act)
         assert r.m_over_h < 1e-12, act
         assert r.head_curvature == 0.0 and r.head_negative_curvature == 0.0, act
-        assert not r.gradient_vanishes, act
+        assert not r.reference.gradient_vanishes, act
         # along the escape direction all curvature is the pullback's
         assert r.pullback_curvature == pytest.approx(r.lambda_min_H, abs=1e-8 * abs(r.lambda_max_H))
 
@@ -71,7 +74,7 @@ def test_smooth_heads_have_interaction_term(name: str, kw: dict) -> None:
 def test_psd_objective_linear_and_relu_heads_have_no_negative_curvature(name: str, kw: dict) -> None:
     for act in ("identity", "relu"):
         r = run(name, kw, act)
-        assert r.objective_psd and r.premise_holds
+        assert r.reference.objective_psd and r.reference.premise_holds
         assert r.exact and r.num_negative_H == 0, act
         assert r.lambda_min_H >= -1e-10 * r.lambda_max_H, act
 
@@ -83,10 +86,10 @@ def test_psd_objective_smooth_heads_bend_the_escape_direction_through_m(name: st
     negative curvature is not called a saddle."""
     for act in ("silu", "gelu"):
         r = run(name, kw, act)
-        assert r.premise_holds and r.frame == "ambient"
+        assert r.reference.premise_holds and r.frame == "ambient"
         assert not r.stationary and r.equilibrium == "none" and not r.saddle
         assert r.gradient_relative > 1e-3
-        assert r.lambda_min_G >= -1e-10 * r.lambda_max_H and r.num_negative_G == 0
+        assert r.reference.lambda_min_G >= -1e-10 * r.lambda_max_H and r.reference.num_negative_G == 0
         assert r.num_negative_H > 0 and r.lambda_min_H < 0
         assert r.head_curvature < 0 and r.pullback_curvature >= -1e-12 * r.lambda_max_H
         assert r.head_share >= 1.0 and r.head_negative_curvature > 0
@@ -96,10 +99,11 @@ def test_psd_objective_smooth_heads_bend_the_escape_direction_through_m(name: st
 
 def test_barlow_objective_is_indefinite_so_g_is_negative_even_for_a_linear_head() -> None:
     r = run("barlow", {}, "identity")
-    assert not r.objective_psd and not r.premise_holds
-    assert r.num_negative_objective > 0 and r.lambda_min_objective < 0
-    assert r.num_negative_G > 0 and r.lambda_min_G < 0
-    assert r.lambda_min_H == pytest.approx(r.lambda_min_G, rel=1e-8)  # M = 0
+    ref = r.reference
+    assert not ref.objective_psd and not ref.premise_holds
+    assert ref.num_negative_objective > 0 and ref.lambda_min_objective < 0
+    assert ref.num_negative_G > 0 and ref.lambda_min_G < 0
+    assert r.lambda_min_H == pytest.approx(ref.lambda_min_G, rel=1e-8)  # M = 0
 
 
 def test_vanishing_gradient_is_flagged_and_kills_m() -> None:
@@ -108,19 +112,19 @@ def test_vanishing_gradient_is_flagged_and_kills_m() -> None:
     head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="silu")
     z = torch.randn(B, D, generator=_gen(1), dtype=F64)
     state = CollapsedState(z, z.clone(), "complete", 0, 0.0)
-    r = escape_curvature(head, obj, predictor=nn.Identity(), state=state, k=4)
-    assert r.grad_norm == 0.0 and r.gradient_vanishes and not r.premise_holds
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=4), predictor=nn.Identity(), state=state)
+    assert r.reference.grad_norm == 0.0 and r.reference.gradient_vanishes and not r.reference.premise_holds
     assert r.m_over_h == 0.0
 
 
 def test_cosine_objectives_are_measured_in_the_tangent_frame() -> None:
     r = run("simsiam", {}, "silu")
     assert r.frame == "tangent"
-    assert r.lambda_min_H_ambient is not None and r.objective_psd_ambient is not None
+    assert r.reference.lambda_min_H_ambient is not None and r.reference.objective_psd_ambient is not None
     amb = run("simsiam", {}, "silu", frame="ambient")
-    assert amb.frame == "ambient" and amb.lambda_min_H == pytest.approx(r.lambda_min_H_ambient, rel=1e-8)
+    assert amb.frame == "ambient" and amb.lambda_min_H == pytest.approx(r.reference.lambda_min_H_ambient, rel=1e-8)
     r2 = run("barlow", {}, "silu")
-    assert r2.frame == "ambient" and r2.lambda_min_H_ambient is None and r2.objective_psd_ambient is None
+    assert r2.frame == "ambient" and r2.reference.lambda_min_H_ambient is None and r2.reference.objective_psd_ambient is None
     with pytest.raises(ValueError, match="scale-invariant"):
         run("barlow", {}, "silu", frame="tangent")
 
@@ -129,20 +133,20 @@ def test_dino_prototype_head_is_curved_even_with_relu() -> None:
     """DINO's L2-normalised bottleneck is smooth: a ReLU DINO head still has M != 0."""
     obj = get_objective("dino", out_dim=6)
     head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="relu", norm=None, prototypes=6)
-    r = escape_curvature(head, obj, batch_size=B, k=4)
+    r = escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, k=4))
     assert r.m_over_h > 1e-3
 
 
 def test_dimensional_collapse_fast_mode_and_json() -> None:
     obj, head, _ = setup("vicreg", {}, "silu")
-    acc = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, k=3)
+    acc = escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, kind="dimensional", rank=2, k=3))
     assert acc.kind == "dimensional" and acc.rank == 2 and acc.dtype == "float64"
-    fast = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, mode="fast")
+    fast = escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, kind="dimensional", rank=2, mode="fast"))
     assert fast.dtype == "float32" and fast.k == 2
     assert fast.lambda_max_H == pytest.approx(acc.lambda_max_H, rel=1e-3)
-    screen = escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, mode="fast",
-                              pullback=False, objective_spectrum=False, m_over_h=False)
-    assert screen.lambda_min_G is None and screen.premise_holds is None and screen.m_over_h is None
+    screen = escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, kind="dimensional", rank=2, mode="fast",
+                                                                 pullback=False, objective_spectrum=False, m_over_h=False))
+    assert screen.reference.lambda_min_G is None and screen.reference.premise_holds is None and screen.m_over_h is None
     assert screen.lambda_min_H == fast.lambda_min_H
     assert screen.head_curvature == pytest.approx(fast.head_curvature, rel=1e-4, abs=1e-7)
     assert screen.n_matvec < fast.n_matvec / 2
@@ -153,14 +157,57 @@ def test_dimensional_collapse_fast_mode_and_json() -> None:
 def test_escape_curvature_bad_input() -> None:
     obj, head, pred = setup("byol", {}, "silu")
     with pytest.raises(ValueError, match="needs a predictor"):
-        escape_curvature(head, obj, batch_size=B)
+        escape_curvature(head, obj, settings=EscapeSettings(batch_size=B))
     with pytest.raises(ValueError, match="k=1000"):
-        escape_curvature(head, obj, predictor=pred, batch_size=B, k=1000)
+        escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, k=1000), predictor=pred)
     with pytest.raises(ValueError, match="collapse kind"):
-        escape_curvature(head, obj, predictor=pred, batch_size=B, kind="partial")
+        escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, kind="partial"), predictor=pred)
     with pytest.raises(ValueError, match="mode"):
-        escape_curvature(head, obj, predictor=pred, batch_size=B, mode="quick")  # type: ignore[arg-type]
+        EscapeSettings(batch_size=B, mode="quick")  # type: ignore[arg-type]
 
+
+
+def test_settings_are_checked_when_made() -> None:
+    for bad in (dict(mode="quick"), dict(k=0), dict(k=True), dict(refine=-1), dict(refine=1.5), dict(frame="sphere")):
+        with pytest.raises(ValueError):
+            EscapeSettings(**bad)
+    s = EscapeSettings(mode="fast", k=3)
+    assert s.budget()["k"] == 3 and s.budget()["dtype"] == torch.float32 and s.budget()["max_iter"] == 10
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.k = 4  # type: ignore[misc]
+
+
+def test_the_answer_keeps_its_reference_apart_and_writes_one_flat_record() -> None:
+    """EscapeCurvature holds the head's answer in the frame's H, EscapeReference what the objective
+    and the pullback do; to_dict writes both flat, in the order of RECORD_KEYS (the ``escape``
+    section of geohead diagnose's JSON), so files keep their layout."""
+    r = run("simsiam", {}, "silu")
+    d = r.to_dict()
+    assert tuple(d) == RECORD_KEYS
+    answer = {f.name for f in dataclasses.fields(EscapeCurvature)} - {"reference"}
+    reference = {f.name for f in dataclasses.fields(EscapeReference)}
+    assert not answer & reference and set(RECORD_KEYS) == answer | reference | {"premise_holds", "saddle"}
+    assert d["premise_holds"] == r.reference.premise_holds and d["lambda_min_G"] == r.reference.lambda_min_G
+    assert r.frame == "tangent" and r.reference.lambda_min_H_ambient is not None
+    assert d["lambda_min_H_ambient"] == r.reference.lambda_min_H_ambient
+
+
+def test_escape_premise_is_the_reference_of_the_escape_curvature() -> None:
+    """Thm 4.1's premise through a head is the reference part of escape_curvature in
+    PREMISE_SETTINGS: MSE to a target (∇²_e L = (2/k)·I) holds at the perturbed state, Barlow Twins
+    (batch standardisation) fails."""
+    obj, head, _ = setup("byol", {"distance": "mse"}, "silu")
+    state = obj.collapsed_state(B, D, generator=_gen(0))
+    p = escape_premise(head, obj, state, predictor=nn.Identity(), generator=_gen(3), reference_head="a SiLU head")
+    esc = escape_curvature(head, obj, settings=PREMISE_SETTINGS, predictor=nn.Identity(), state=state, generator=_gen(3))
+    ref = esc.reference
+    assert p.holds and p.holds == ref.premise_holds and p.objective == "byol" and p.reference_head == "a SiLU head"
+    assert (p.lambda_min_objective, p.lambda_max_objective, p.grad_norm, p.frame, p.equilibrium) == \
+        (ref.lambda_min_objective, ref.lambda_max_objective, ref.grad_norm, esc.frame, esc.equilibrium)
+    assert p.why.startswith("its Hessian is positive semi-definite") and "reason" not in p.to_dict()
+    obj, head, _ = setup("barlow", {}, "relu")
+    p = escape_premise(head, obj, obj.collapsed_state(B, D, generator=_gen(0)))
+    assert not p.holds and p.why.startswith("its Hessian is indefinite") and p.reference_head == "GeometricHead"
 
 # ---------------------------------------------------------------------- monitors
 def embeddings_with_covariance(eigenvalues: torch.Tensor, n: int, seed: int = 0) -> torch.Tensor:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 from torch import nn
 
 from geohead.geometry.collapse import escape_curvature
+from geohead.geometry.escape import EscapeSettings
 from geohead.geometry.equilibrium import refine_collapsed, stationarity
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.heads import GeometricHead
@@ -83,10 +85,10 @@ def test_tangent_frame_against_dense_hessians(name: str, act: str) -> None:
     assert float((h_tan - ref["J"].T @ P @ ref["He"] @ P @ ref["J"] - ref["M"]).norm()) <= 1e-9 * scale
 
     lam_t, lam_a = torch.linalg.eigvalsh(h_tan), torch.linalg.eigvalsh(ref["H"])
-    r = escape_curvature(head, obj, predictor=pred, state=state, k=B * D // 2, generator=_gen(1))
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2), predictor=pred, state=state, generator=_gen(1))
     assert r.frame == "tangent" and r.exact and r.m_over_h_exact
-    assert r.objective_psd  # cos(p, t) > 0 in every row here: P ∇²_e L P ⪰ 0 (the premise)
-    assert r.num_negative_H == negatives(lam_t) and r.num_negative_H_ambient == negatives(lam_a)
+    assert r.reference.objective_psd  # cos(p, t) > 0 in every row here: P ∇²_e L P ⪰ 0 (the premise)
+    assert r.num_negative_H == negatives(lam_t) and r.reference.num_negative_H_ambient == negatives(lam_a)
     assert r.lambda_min_H == pytest.approx(float(lam_t[0]), abs=1e-10 * float(lam_t.abs().max()))
     assert r.m_over_h == pytest.approx(float(ref["M"].norm() / h_tan.norm()), rel=1e-10)
     if act in ("relu", "identity"):
@@ -106,11 +108,11 @@ def test_m_over_h_is_exact_on_a_small_problem_and_says_when_it_is_not() -> None:
     state = obj.collapsed_state(12, D, generator=_gen(0))
     eh = EffectiveHessian(head, obj, state.z1, state.z2)
     ref = dense_barlow = eh.M.dense().norm() / eh.H.dense().norm()
-    r = escape_curvature(head, obj, state=state, k=24, fro_probes=30, pullback=False, objective_spectrum=False)
+    settings = EscapeSettings(k=24, fro_probes=30, pullback=False, objective_spectrum=False)
+    r = escape_curvature(head, obj, settings=settings, state=state)
     assert r.dim == 48 and r.m_over_h_exact and r.m_over_h_stderr == 0.0 and r.exact
     assert r.m_over_h == pytest.approx(float(ref), rel=1e-12)
-    est = escape_curvature(head, obj, state=state, k=24, fro_probes=30, exact_dim=0, pullback=False,
-                           objective_spectrum=False)
+    est = escape_curvature(head, obj, settings=dataclasses.replace(settings, exact_dim=0), state=state)
     assert not est.m_over_h_exact and not est.exact and est.m_over_h_stderr > 0  # full spectra, estimated ratio
     assert est.m_over_h != float(dense_barlow)
 
@@ -149,7 +151,7 @@ def test_stationarity_matches_its_definition_and_saddles_need_it() -> None:
     obj = get_objective("barlow")
     head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="relu")
     state = obj.collapsed_state(B, D, generator=_gen(0))
-    r = escape_curvature(head, obj, state=state, k=B * D // 2)
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2), state=state)
     eh = EffectiveHessian(head, obj, state.z1, state.z2)
     ref = dense(obj, head, None, eh.z, eh.target)
     lam = torch.linalg.eigvalsh(ref["H"])
@@ -160,7 +162,7 @@ def test_stationarity_matches_its_definition_and_saddles_need_it() -> None:
     for name in ("vicreg", "simclr"):
         obj = get_objective(name)
         exact = obj.collapsed_state(B, D, spread=0.0, generator=_gen(0))
-        r = escape_curvature(head, obj, state=exact, k=B * D // 2)
+        r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2), state=exact)
         assert r.grad_norm_z <= 1e-14 and r.stationary and r.equilibrium == "exact"
         assert r.num_negative_H > 0 and r.saddle, name
 
@@ -173,9 +175,9 @@ def test_refined_collapsed_equilibrium_of_simsiam() -> None:
     minimum of Z ↦ f(Z) too)."""
     obj, head, pred = models("simsiam", "silu")
     state = obj.collapsed_state(B, D, spread=0.0, generator=_gen(0))
-    given = escape_curvature(head, obj, predictor=pred, state=state, k=B * D // 2)
+    given = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2), predictor=pred, state=state)
     assert given.equilibrium == "none" and given.gradient_relative > 1e-3
-    r = escape_curvature(head, obj, predictor=pred, state=state, k=B * D // 2, refine=200)
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2, refine=200), predictor=pred, state=state)
     assert r.equilibrium == "refined" and r.stationary and r.refinement["adopted"]
     assert r.gradient_relative <= 1e-8 and r.spread == 0.0
     # the same refinement by hand, then dense
@@ -194,11 +196,11 @@ def test_refined_collapsed_equilibrium_of_simsiam() -> None:
 
     # a linear head reaches p ∥ t: an equilibrium where ∇_e L itself vanishes (Thm 4.1's premise fails)
     obj, head, pred = models("simsiam", "identity")
-    r = escape_curvature(head, obj, predictor=pred, state=state, k=B * D // 2, refine=200)
-    assert r.equilibrium == "refined" and r.grad_norm < 1e-10 and r.m_over_h == 0.0
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2, refine=200), predictor=pred, state=state)
+    assert r.equilibrium == "refined" and r.reference.grad_norm < 1e-10 and r.m_over_h == 0.0
     # a ReLU head: L-BFGS stalls on the piecewise-linear composite, no equilibrium is adopted
     obj, head, pred = models("simsiam", "relu")
-    r = escape_curvature(head, obj, predictor=pred, state=state, k=B * D // 2, refine=30)
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2, refine=30), predictor=pred, state=state)
     assert r.equilibrium == "none" and not r.refinement["adopted"] and "no stationary" in r.refinement["why_not"]
     assert r.gradient_relative > 1e-3 and not r.saddle
 
@@ -210,7 +212,7 @@ def test_barlow_exact_collapse_with_a_fixed_target_is_a_degenerate_equilibrium()
     obj = get_objective("barlow")
     head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="silu")
     state = obj.collapsed_state(B, D, generator=_gen(0))
-    r = escape_curvature(head, obj, state=state, k=B * D // 2, refine=10)
+    r = escape_curvature(head, obj, settings=EscapeSettings(k=B * D // 2, refine=10), state=state)
     assert r.refinement["curvature_scale"] <= 1e-20 * abs(r.lambda_max_H) and not r.refinement["adopted"]
     assert "degenerate" in r.refinement["why_not"] and r.equilibrium == "none" and r.spread == state.spread
     exact = CollapsedState(state.z1.mean(0).expand(B, D).clone(), state.z2.mean(0).expand(B, D).clone(), "complete", 0, 0.0)
@@ -222,9 +224,9 @@ def test_barlow_exact_collapse_with_a_fixed_target_is_a_degenerate_equilibrium()
 def test_refine_needs_complete_collapse() -> None:
     obj, head, _ = models("vicreg", "silu")
     with pytest.raises(ValueError, match="complete"):
-        escape_curvature(head, obj, batch_size=B, kind="dimensional", rank=2, refine=5)
+        escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, kind="dimensional", rank=2, refine=5))
     with pytest.raises(ValueError, match="refine"):
-        escape_curvature(head, obj, batch_size=B, refine=-1)
+        escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, refine=-1))
 
 
 def test_refine_uses_the_exact_state_when_it_is_stationary_and_reports_a_runaway_centre() -> None:
@@ -234,14 +236,14 @@ def test_refine_uses_the_exact_state_when_it_is_stationary_and_reports_a_runaway
     torch.manual_seed(0)
     obj = get_objective("vicreg")
     head = GeometricHead(D, K, hidden_dim=HID, depth=3, activation="relu")
-    r = escape_curvature(head, obj, batch_size=B, k=B * D // 2, refine=20)
+    r = escape_curvature(head, obj, settings=EscapeSettings(batch_size=B, k=B * D // 2, refine=20))
     assert r.equilibrium == "exact" and r.refinement["iterations"] == 0 and r.spread == 0.0
-    assert r.saddle and r.grad_norm < 1e-12  # the objective's own saddle: ∇_e L = 0, so M = 0 there
+    assert r.saddle and r.reference.grad_norm < 1e-12  # the objective's own saddle: ∇_e L = 0, so M = 0 there
 
     torch.manual_seed(0)
     obj = get_objective("simsiam")
     head = GeometricHead(6, 8, hidden_dim=16, depth=3, activation="silu")
     pred = GeometricHead(8, 8, hidden_dim=16, depth=2, activation="silu")
-    r = escape_curvature(head, obj, predictor=pred, batch_size=12, k=36, refine=200)
+    r = escape_curvature(head, obj, settings=EscapeSettings(batch_size=12, k=36, refine=200), predictor=pred)
     assert r.equilibrium == "none" and not r.refinement["adopted"] and r.refinement["moved"] > 100
     assert "ran off" in r.refinement["why_not"] and not r.saddle

@@ -8,7 +8,10 @@ import torch
 
 from geohead.training.config import HeadConfig
 from geohead.objectives import get_objective
-from geohead.search.escape import EscapePremise, escape_premise, premise_head_spec, screen_verdict
+from geohead.geometry import EscapePremise
+from geohead.search.escape import (
+    criterion_record, describe_criterion, premise_head_spec, reference_premise, screen_verdict,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -20,15 +23,16 @@ def premise(name: str, objective=None, predictor=None) -> EscapePremise:
     mu, sd = z.mean(0), z.std(0)
     collapsed = tuple(mu + 1e-2 * sd * torch.randn(16, d) for _ in range(2))
     cfg = HeadConfig()
-    return escape_premise(name, objective or get_objective(name), cfg.resolve(name, d), z, collapsed,
-                          predictor or functools.partial(cfg.resolve_predictor, name), seed=0, spread=1e-2)
+    return reference_premise(objective or get_objective(name), cfg.resolve(name, d), z, collapsed,
+                             predictor or functools.partial(cfg.resolve_predictor, name), seed=0, spread=1e-2)
 
 
 def test_the_premise_fails_for_barlow_and_the_criterion_is_off_with_the_reason() -> None:
     p = premise("barlow")
     assert not p.holds and p.frame == "ambient" and p.lambda_min_objective < 0 < p.lambda_max_objective
-    assert "premise fails for barlow: its Hessian is indefinite (λ_min -" in p.reason
-    assert p.describe().startswith("escape criterion OFF: ") and "recorded, not used" in p.describe()
+    assert p.objective == "barlow" and p.why.startswith("its Hessian is indefinite (λ_min -")
+    assert "premise fails for barlow: its Hessian is indefinite (λ_min -" in criterion_record(p)["reason"]
+    assert describe_criterion(p).startswith("escape criterion OFF: ") and "recorded, not used" in describe_criterion(p)
     # no pruning by escape curvature, whatever the head
     assert screen_verdict({"screen_escape_negative": 0.0}, p) is None
 
@@ -44,8 +48,8 @@ def test_where_the_premise_holds_stuck_heads_are_pruned() -> None:
     p = premise("byol", get_objective("byol", distance="mse"), linear)
     assert p.holds and p.frame == "ambient" and not p.gradient_vanishes
     assert p.lambda_min_objective == pytest.approx(p.lambda_max_objective) and p.lambda_min_objective > 0
-    assert p.describe().startswith("escape criterion ON: Thm 4.1's premise holds for byol")
-    assert p.to_dict()["on"] is True
+    assert describe_criterion(p).startswith("escape criterion ON: Thm 4.1's premise holds for byol")
+    assert criterion_record(p)["on"] is True and "reason" not in p.to_dict()
     verdict = screen_verdict({"screen_escape_negative": 0.0, "screen_escape_lambda_min": 1e-6}, p)
     assert verdict.startswith("screen: cannot escape collapse") and "ambient frame" in verdict
     assert screen_verdict({"screen_escape_negative": 3.0}, p) is None

@@ -45,7 +45,7 @@ def test_orbit_criteria_record_local_invariance_and_soft_fisher_rank() -> None:
 def test_screen_records_the_escape_state_gradient_relative_to_curvature() -> None:
     """The screen's collapsed state is drawn, not an equilibrium: its ‖∇_Z f‖ relative to the
     curvature is recorded beside the escape curvature (the same number escape_curvature gives)."""
-    from geohead.geometry import escape_curvature
+    from geohead.geometry import EscapeSettings, escape_curvature
     from geohead.heads import HeadSpec
     from geohead.objectives import CollapsedState, get_objective
     from geohead.search.criteria import ScreenInputs, build_head, screen
@@ -59,8 +59,8 @@ def test_screen_records_the_escape_state_gradient_relative_to_curvature() -> Non
     inputs = ScreenInputs(obj, z1, z2, c, {}, lambda k: None, seed=0)
     out = screen(spec, inputs)
     head, _ = build_head(spec, z1, 0)
-    esc = escape_curvature(head, obj, state=CollapsedState(c[0], c[1], "complete", 0, 1e-2), mode="fast",
-                           dtype=torch.float32, pullback=False, objective_spectrum=False, m_over_h=True,
+    fast = EscapeSettings(mode="fast", dtype=torch.float32, pullback=False, objective_spectrum=False, m_over_h=True)
+    esc = escape_curvature(head, obj, settings=fast, state=CollapsedState(c[0], c[1], "complete", 0, 1e-2),
                            generator=torch.Generator().manual_seed(0))
     assert esc.frame == "tangent"
     assert out["screen_escape_gradient_relative"] == pytest.approx(esc.gradient_relative, rel=1e-6)

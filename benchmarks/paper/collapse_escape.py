@@ -139,7 +139,9 @@ class Recorder:
             torch.set_num_threads(threads)
 
     def measure(self, info) -> None:
-        from geohead.geometry import EffectiveHessian, escape_curvature, lanczos, normalized_std, within_rank_condition
+        from geohead.geometry import (
+            EffectiveHessian, EscapeSettings, escape_curvature, lanczos, normalized_std, within_rank_condition,
+        )
         from geohead.objectives.base import CollapsedState
         from power_iteration import shifted_power_iteration
 
@@ -156,9 +158,10 @@ class Recorder:
         full = info.epoch == 0 or last
         g = torch.Generator().manual_seed(1000 + info.epoch)
         # the tangent frame (auto for SimSiam's cosine loss); ambient H_eff beside it
-        esc = escape_curvature(model.head, info.objective, predictor=model.predictor, state=state, k=4, tol=TOL,
-                               mode="accurate", max_iter=self.s["max_iter"], fro_probes=10, exact_dim=0, generator=g,
-                               pullback=False, objective_spectrum=full, m_over_h=True)
+        settings = EscapeSettings(k=4, tol=TOL, mode="accurate", max_iter=self.s["max_iter"], fro_probes=10,
+                                  exact_dim=0, pullback=False, objective_spectrum=full, m_over_h=True)
+        esc = escape_curvature(model.head, info.objective, settings=settings, predictor=model.predictor, state=state,
+                               generator=g)
         eh = EffectiveHessian(model.head, info.objective, state.z1, state.z2, predictor=model.predictor)
         amb = lanczos(eh.H, k=4, which="both", max_iter=self.s["max_iter"], generator=g)
         eh32 = EffectiveHessian(model.head, info.objective, z1[:n], z2[:n], predictor=model.predictor,
@@ -172,7 +175,7 @@ class Recorder:
             "num_negative_ambient": int((amb.ritz_values < -TOL * amb.scale).sum()), "converged_ambient": amb.converged,
             "head_curvature": esc.head_curvature, "pullback_curvature": esc.pullback_curvature,
             "head_share": esc.head_share, "m_over_h": esc.m_over_h, "m_over_h_stderr": esc.m_over_h_stderr,
-            "grad_norm": esc.grad_norm, "gradient_relative": esc.gradient_relative, "stationary": esc.stationary,
+            "grad_norm": esc.reference.grad_norm, "gradient_relative": esc.gradient_relative, "stationary": esc.stationary,
             "converged": esc.converged, "paper_lambda_min": p_min, "paper_lambda_max": p_max,
             "std_backbone": normalized_std(zz), "std_head": normalized_std(e1),
             "healthy_backbone": 1 / math.sqrt(zz.shape[1]), "healthy_head": 1 / math.sqrt(e1.shape[1]),

@@ -144,11 +144,20 @@ def foreign_backbone(
         ExportError: no architecture, arguments that cannot be inferred (it names what to pass),
             tensors or features that differ from timm's rebuild.
     """
+    config, what, hint = _rebuild_config(model, architecture, model_args, img_size)
+    tensors, expected = _backbone_tensors(model, config, what, hint)
+    config["num_features"] = _checked_features(model, config, tensors, expected, what, hint)
+    return config, tensors
+
+
+def _rebuild_config(model: nn.Module, architecture: str | None, model_args: Mapping[str, Any] | None,
+                    img_size: int | None) -> tuple[dict[str, Any], str, str]:
+    """The rebuild config of ``model`` (``stem`` and ``num_features`` still None) from the given
+    or inferred architecture, timm arguments and input side; with ``what`` (the model, for
+    messages) and ``hint`` (which argument to pass when the check fails)."""
     import timm
     from timm.models.resnet import ResNet
     from timm.models.vision_transformer import VisionTransformer
-
-    from geohead.backbones import rebuild_backbone
 
     from geohead.backbones import ALIASES
 
@@ -182,6 +191,16 @@ def foreign_backbone(
         "stem": None, "channels_last": _channels_last(model), "num_features": None,
         "timm_loadable": not cifar_stem, "timm_version": timm.__version__, "built_by": "timm (not geohead)",
     }
+    return config, what, hint
+
+
+def _backbone_tensors(model: nn.Module, config: dict[str, Any], what: str,
+                      hint: str) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """The model's tensors without its classifier, checked against the shapes of timm's rebuild
+    from ``config`` (built on the meta device; sets ``config["stem"]``), and the rebuild's
+    (meta) state dict."""
+    from geohead.backbones import rebuild_backbone
+
     try:
         with torch.device("meta"):
             shell = rebuild_backbone(config)
@@ -196,14 +215,24 @@ def foreign_backbone(
     problem = shape_mismatch(expected, tensors)
     if problem is not None:
         raise ExportError(f"{what}: timm's rebuild has other tensors ({problem}); {hint}")
+    return tensors, expected
 
+
+def _checked_features(model: nn.Module, config: dict[str, Any], tensors: dict[str, Tensor],
+                      expected: dict[str, Tensor], what: str, hint: str) -> int:
+    """The feature width, after timm's rebuild from ``config`` with ``tensors`` (in ``expected``'s
+    dtypes) gave the model's features bit for bit on a fixed input (2, in_chans, img_size,
+    img_size), both in eval mode on the CPU in float32 (the model is left as it was)."""
+    from geohead.backbones import rebuild_backbone
+
+    img_size = config["img_size"]
     ref = rebuild_backbone(config).eval()
     ref.load_state_dict({k: v.to("cpu", expected[k].dtype) for k, v in tensors.items()}, strict=True)
     src = model
     p = next(model.parameters(), None)
     if p is not None and (p.device.type != "cpu" or p.dtype != torch.float32):
         src = copy.deepcopy(model).to("cpu", torch.float32)
-    in_chans = int(args.get("in_chans", 3))
+    in_chans = int(config["model_args"].get("in_chans", 3))
     x = torch.randn(2, in_chans, img_size, img_size, generator=torch.Generator().manual_seed(0))
     if config["channels_last"]:
         x = x.contiguous(memory_format=torch.channels_last)
@@ -220,8 +249,7 @@ def foreign_backbone(
     if got.shape != want.shape or not torch.equal(got, want):
         diff = float((got - want).abs().max()) if got.shape == want.shape else f"shape {tuple(got.shape)} vs {tuple(want.shape)}"
         raise ExportError(f"{what}: timm's rebuild gives other features than the model (max |difference| {diff}); {hint}")
-    config["num_features"] = int(want.shape[1])
-    return config, tensors
+    return int(want.shape[1])
 
 
 # ---------------------------------------------------------------------- weights files

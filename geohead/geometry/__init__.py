@@ -13,8 +13,11 @@ Submodules (import what you need; all depend on torch only), one concept each:
 * :mod:`~geohead.geometry.summary` — :func:`spectrum_summary` (the logged numbers of one operator).
 * :mod:`~geohead.geometry.conditioning` — :func:`heff_conditioning` (H_eff's extremes, stable
   rank and its spread log(stable rank)/log(B·d)).
+* :mod:`~geohead.geometry.escape` — :class:`EscapeSettings`, :class:`EscapeCurvature` (with its
+  :class:`EscapeReference`), :class:`EscapePremise`: what Thm 4.1's measurement asks and answers.
 * :mod:`~geohead.geometry.collapse` — :func:`escape_curvature` (curvature at collapsed states,
-  in the sphere-tangent frame for scale-invariant objectives).
+  in the sphere-tangent frame for scale-invariant objectives), :func:`escape_premise` (Thm 4.1's
+  premise through a reference head).
 * :mod:`~geohead.geometry.equilibrium` — :func:`stationarity` (‖∇_Z f‖ relative to the
   curvature), :func:`refine_collapsed` (a nearby collapsed equilibrium).
 * :mod:`~geohead.geometry.monitors` — :func:`rankme`, :func:`alpha_req`, :func:`normalized_std`,
@@ -30,10 +33,11 @@ Submodules (import what you need; all depend on torch only), one concept each:
 """
 from __future__ import annotations
 
-from geohead.geometry.collapse import EscapeCurvature, escape_curvature
+from geohead.geometry.collapse import escape_curvature, escape_premise
 from geohead.geometry.conditioning import heff_conditioning
 from geohead.geometry.density import slq_density
 from geohead.geometry.equilibrium import RefinedState, Stationarity, refine_collapsed, stationarity
+from geohead.geometry.escape import EscapeCurvature, EscapePremise, EscapeReference, EscapeSettings
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.invariance import InvarianceReport, orbit_invariance
 from geohead.geometry.lanczos import lanczos
@@ -52,10 +56,11 @@ from geohead.geometry.tangents import TangentInvariance, tangent_invariance
 from geohead.geometry.trace import frobenius_norm, hutchinson_trace
 
 __all__ = [
-    "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "InvarianceReport", "LinearHeadGeometry", "LocalInvariance",
+    "CollapseMonitors", "EffectiveHessian", "EscapeCurvature", "EscapePremise", "EscapeReference", "EscapeSettings",
+    "InvarianceReport", "LinearHeadGeometry", "LocalInvariance",
     "Operator", "RefinedState", "SpectrumSummary", "Stationarity", "TangentInvariance", "WithinRankCondition",
     "alpha_req", "between_image_directions", "build_orbits", "collapse_monitors", "collapse_record", "effective_rank", "effective_span",
-    "escape_curvature", "frobenius_norm", "heff_conditioning", "hutchinson_trace", "induced_metric", "lanczos", "linear_head_geometry",
+    "escape_curvature", "escape_premise", "frobenius_norm", "heff_conditioning", "hutchinson_trace", "induced_metric", "lanczos", "linear_head_geometry",
     "local_invariance", "normalized_std", "orbit_invariance", "rankme", "refine_collapsed", "slq_density",
     "spectrum_summary", "stationarity", "tangent_invariance", "within_rank_condition",
 ]

@@ -18,150 +18,27 @@ cannot. Four things can make a raw λ_min(H_eff) misleading as evidence about th
   strongly indefinite near collapse, so G has negative eigenvalues for *every* head;
 * the size: where the premise holds, the head-induced curvature is small.
 
-So the result separates what the head does (M) from what the objective does (G, ∇²_e L), says
-which frame it used, and whether the state is an equilibrium.
+So the result separates what the head does (M, the answer: :class:`EscapeCurvature`) from what
+the objective does (G, ∇²_e L: its :class:`EscapeReference`), says which frame it used, and
+whether the state is an equilibrium. :class:`EscapeSettings` says how it is measured.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from geohead.geometry.equilibrium import RefinedState, Stationarity, refine_collapsed, stationarity
+from geohead.geometry.escape import EscapeCurvature, EscapePremise, EscapeReference, EscapeSettings
 from geohead.geometry.hessian import EffectiveHessian
 from geohead.geometry.lanczos import LanczosResult, lanczos
-from geohead.geometry.summary import Mode, count_negative, m_over_h_ratio, mode_settings
+from geohead.geometry.summary import count_negative, m_over_h_ratio
 
-FRAMES: tuple[str, ...] = ("auto", "ambient", "tangent")
-
-
-@dataclasses.dataclass
-class EscapeCurvature:
-    """Curvature of Z ↦ L(branch(h(Z)), b) at a collapsed state.
-
-    Eigenvalue fields are extreme Ritz values of Lanczos runs (exact when ``exact``); negative
-    counts are Ritz values below −tol·max|λ| of that operator: by Cauchy interlacing a lower
-    bound on the number of such eigenvalues, exact when the run was (``k ≥ dim/2``).
-
-    Fields of parts switched off (``pullback``, ``objective_spectrum``, ``m_over_h``) are None.
-
-    Attributes:
-        frame: ``"tangent"`` (scale-invariant objectives: H = H_tan = G_tan + M, G = G_tan =
-            Jᵀ P ∇²_e L P J, objective = P ∇²_e L P) or ``"ambient"`` (H_eff = G + M, ∇²_e L).
-        lambda_min_H, lambda_max_H, num_negative_H: of the frame's H (R^{B·d}).
-        lambda_min_G, lambda_max_G, num_negative_G: of the frame's pullback metric G
-            (negatives relative to max(|λ(G)|, |λ(H)|)).
-        lambda_min_H_ambient, num_negative_H_ambient, lambda_min_G_ambient: the ambient H_eff and
-            G for reference, in the tangent frame with ``pullback`` (else None).
-        lambda_min_objective, lambda_max_objective, num_negative_objective: of the frame's
-            objective Hessian (R^{B·k}); ``objective_psd`` is Thm 4.1's premise (no eigenvalue
-            below −tol·max|λ|); ``objective_psd_ambient`` the ambient ∇²_e L's, for reference
-            (tangent frame only).
-        m_over_h: ‖M‖_F / ‖H‖_F of the frame's H (± ``m_over_h_stderr``); ``m_over_h_exact``
-            whether both norms were computed exactly.
-        grad_norm: ‖∇_e L‖ at the state; ``gradient_vanishes`` when it is below ``grad_tol``
-            (then M = 0 whatever the head: the theorem needs ∇_e L ≠ 0).
-        grad_norm_z, newton_length, gradient_relative, stationary: ‖∇_Z f‖_F, ‖∇_Z f‖/max|λ(H)|,
-            that over ‖Z‖_F, and whether it is ≤ ``stationary_tol``
-            (:class:`~geohead.geometry.equilibrium.Stationarity`): the state is an equilibrium.
-        equilibrium: ``"exact"`` (the measured state is stationary as given), ``"refined"``
-            (moved to a stationary collapsed state by ``refine``) or ``"none"`` (not an
-            equilibrium: negative curvature there is not a saddle).
-        refinement: what ``refine`` did (iterations, gradients, whether the refined state was
-            stationary and adopted, and why not), or None.
-        head_curvature, pullback_curvature: the head's own contribution to negative curvature,
-            measured along the escape direction. With v the unit bottom Ritz vector of H (the
-            frame's), the curvature there splits exactly as λ_min(H) = vᵀGv + vᵀMv:
-            ``pullback_curvature`` = vᵀGv is what the objective contributes (through the head's
-            Jacobian), ``head_curvature`` = vᵀMv what the head's own curvature contributes. (At
-            collapse G is rank-deficient and its bottom eigenvectors an arbitrary basis of a
-            large null space, so M's quotients on them say nothing; λ_min(H) − λ_min(G) compares
-            minima along different directions. The split along v is exact, costs one product
-            each, and is exactly 0 for a head with M = 0.)
-        head_share: head_curvature / λ_min(H) when λ_min(H) < −tol·max|λ| (else 0): > 1 means G
-            is positive along the escape direction and the head alone makes it negative (Thm
-            4.1's mechanism); ≈ 0 means the objective's own indefiniteness does it.
-        head_negative_curvature: max(0, −head_curvature) / max|λ(H)|: a dimensionless,
-            non-negative score of the head's escape curvature (0 for linear/ReLU heads without
-            LayerNorm, BatchNorm in eval mode, whatever the objective).
-        lambda_min_shift: λ_min(H) − λ_min(G) (Weyl: |·| ≤ ‖M‖_2), for comparison.
-        negative_directions: for each converged negative Ritz value of H found (≤ k), the
-            triple (θ, vᵀGv, vᵀMv).
-        exact: every Lanczos run spanned the whole space and ``m_over_h`` (if computed) is exact.
-    """
-
-    objective: str
-    head: dict[str, Any] | None
-    kind: str
-    rank: int
-    spread: float
-    batch_size: int
-    dim: int
-    embed_dim: int
-    bn_mode: str
-    dtype: str
-    frame: str
-    loss: float
-    grad_norm: float
-    gradient_vanishes: bool
-    grad_norm_z: float
-    newton_length: float
-    gradient_relative: float
-    stationary: bool
-    stationary_tol: float
-    equilibrium: str
-    refinement: dict[str, Any] | None
-    lambda_min_H: float
-    lambda_max_H: float
-    num_negative_H: int
-    lambda_min_G: float | None
-    lambda_max_G: float | None
-    num_negative_G: int | None
-    lambda_min_H_ambient: float | None
-    num_negative_H_ambient: int | None
-    lambda_min_G_ambient: float | None
-    lambda_min_objective: float | None
-    lambda_max_objective: float | None
-    num_negative_objective: int | None
-    objective_psd: bool | None
-    objective_psd_ambient: bool | None
-    m_over_h: float | None
-    m_over_h_stderr: float | None
-    m_over_h_exact: bool | None
-    head_curvature: float
-    pullback_curvature: float
-    head_share: float
-    head_negative_curvature: float
-    lambda_min_shift: float | None
-    negative_directions: list[tuple[float, float, float]]
-    tol: float
-    k: int
-    exact: bool
-    converged: bool
-    n_matvec: int
-
-    @property
-    def premise_holds(self) -> bool | None:
-        """Thm 4.1's premises: the frame's objective Hessian PSD and ∇_e L ≠ 0 (None when the
-        objective's spectrum was not computed)."""
-        if self.objective_psd is None:
-            return None
-        return bool(self.objective_psd) and not self.gradient_vanishes
-
-    @property
-    def saddle(self) -> bool:
-        """An equilibrium (``equilibrium != "none"``) with a negative eigenvalue of H: the only
-        states this module calls saddles."""
-        return self.equilibrium != "none" and self.num_negative_H > 0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["negative_directions"] = [list(t) for t in self.negative_directions]
-        d["premise_holds"] = self.premise_holds
-        d["saddle"] = self.saddle
-        return d
+#: How :func:`escape_premise` measures: the objective's spectrum only (no G, no ‖M‖/‖H‖), with
+#: the fast Lanczos budget in float64.
+PREMISE_SETTINGS = EscapeSettings(mode="fast", dtype=torch.float64, pullback=False, objective_spectrum=True,
+                                  m_over_h=False)
 
 
 def _lz(op, k: int, which: str, max_iter: int | None, tol: float | None, generator: torch.Generator | None,
@@ -173,8 +50,6 @@ def _lz(op, k: int, which: str, max_iter: int | None, tol: float | None, generat
 
 
 def _frame(frame: str, eh: EffectiveHessian) -> str:
-    if frame not in FRAMES:
-        raise ValueError(f"unknown frame {frame!r}; use one of {list(FRAMES)}")
     if frame == "auto":
         return "tangent" if eh.cosine else "ambient"
     if frame == "tangent" and not eh.cosine:
@@ -186,178 +61,125 @@ def escape_curvature(
     head: nn.Module,
     objective: nn.Module,
     *,
+    settings: EscapeSettings | None = None,
     predictor: nn.Module | None = None,
     teacher: nn.Module | None = None,
-    batch_size: int = 32,
-    kind: str = "complete",
-    rank: int = 1,
-    spread: float = 1e-2,
-    k: int | None = None,
-    tol: float = 1e-6,
-    grad_tol: float = 1e-12,
-    mode: Mode = "accurate",
-    max_iter: int | None = None,
-    lanczos_tol: float | None = None,
-    fro_probes: int | None = None,
-    exact_dim: int | None = None,
-    dtype: torch.dtype | None = None,
-    generator: torch.Generator | None = None,
-    bn_mode: str = "eval",
     state: Any = None,
-    frame: str = "auto",
-    refine: int = 0,
-    stationary_tol: float | None = None,
-    pullback: bool = True,
-    objective_spectrum: bool = True,
-    m_over_h: bool = True,
+    generator: torch.Generator | None = None,
 ) -> EscapeCurvature:
-    """Curvature of the objective through ``head`` at its collapsed state (Thm 4.1).
+    """Curvature of f(Z) = L(branch(h(Z)), b) through ``head`` at the objective's collapsed state
+    (Thm 4.1, docs/theory.md: "at a collapsed equilibrium, if the objective's Hessian ∇²_e L is
+    positive semi-definite and its gradient ∇_e L ≠ 0, then a smooth non-linear head gives M
+    negative eigenvalues that make H_eff indefinite: the collapsed state is a saddle").
+
+    With Z the state's online view (B, d), e = h(Z) (B, k) and J = ∂e/∂Z (B·k × B·d), on R^{B·d}
+    H_eff = ∇²_Z f = Jᵀ (∇²_e L) J + Σ_i [∇_e L]_i ∇²_Z e_i = G + M (docs/theory.md, "The effective
+    Hessian"); for scale-invariant objectives the frame is the sphere-tangent one (H_tan = G_tan + M,
+    G_tan = Jᵀ P ∇²_e L P J, P the projection off each e_b).
 
     Args:
         head: the projection head (in_dim = d); not modified.
         objective: an Objective; ``objective.collapsed_state`` makes the state unless ``state``
-            (a :class:`~geohead.objectives.base.CollapsedState`) is given.
+            (a :class:`~geohead.objectives.base.CollapsedState`: z1, z2 of shape (B, d)) is given.
+        settings: :class:`EscapeSettings` (default ``EscapeSettings()``: B = 32, complete
+            collapse, accurate mode, every part).
         predictor: required when the objective needs one (BYOL, SimSiam). ``nn.Identity()``
             measures the head alone ("MSE to target").
         teacher: the head of the target branch (EMA teacher); default ``head``.
-        batch_size, kind, rank, spread: the collapsed state (B, ``"complete"`` or
-            ``"dimensional"``, the subspace rank, the perturbation std).
-        k: Ritz values per end (default: mode's; ``k ≥ dim/2`` gives the full spectra).
-        tol: negativity threshold relative to max|λ| of each operator.
-        grad_tol: ‖∇_e L‖ below this flags ``gradient_vanishes``.
-        mode: ``"accurate"`` (float64, converged Lanczos, ‖M‖/‖H‖ exact up to B·d = 1024 else 30
-            probes) or ``"fast"`` (float32, ≤ 10 Lanczos steps per operator, 4 probes: screening).
-        exact_dim: ‖M‖/‖H‖ exactly up to this B·d (overrides the mode's).
-        dtype: overrides the mode's dtype.
         generator: for the state and every random start/probe (seed 0 when None).
-        bn_mode: ``"eval"`` (default) or ``"train"`` (couples samples; curves ReLU heads).
-        frame: ``"auto"`` (sphere-tangent for scale-invariant objectives, ambient otherwise),
-            ``"ambient"`` or ``"tangent"``.
-        refine: when > 0 (complete collapse only), also look for a collapsed equilibrium: the
-            exact collapsed state (every row of both views at their common mean) moved by at most
-            this many L-BFGS iterations (:func:`~geohead.geometry.equilibrium.refine_collapsed`). It is
-            measured instead of the given state when it is stationary and its curvature is not
-            identically 0 (``equilibrium="exact"`` or ``"refined"``); otherwise the given state
-            is measured and ``refinement`` says why.
-        stationary_tol: relative-gradient tolerance of "stationary" (1e-8 float64, 1e-4 float32).
-        pullback, objective_spectrum, m_over_h: compute G's spectrum (and the ambient
-            references), the objective Hessian's spectrum (the premise) and ‖M‖_F/‖H‖_F; switch
-            off for screening (their fields are then None). The head's curvature along the
-            escape direction is always computed: one M product (and, without ``pullback``,
-            vᵀGv = θ − vᵀMv from the Ritz pair).
 
     Cost: one Lanczos run (≤ max_iter products) per operator computed, 2 products per negative
     Ritz direction, 2·fro_probes products for the ratio (2·B·d when exact); with ``refine`` (when
     the given state is not stationary) up to ~5·refine evaluations of f and two more Lanczos runs
     on H.
 
-    Returns: :class:`EscapeCurvature`.
+    Returns: :class:`EscapeCurvature` (its ``reference``: :class:`EscapeReference`).
     """
-    cfg = mode_settings(mode, k=k, max_iter=max_iter, lanczos_tol=lanczos_tol, fro_probes=fro_probes,
-                        exact_dim=exact_dim, dtype=dtype)
-    k, max_iter, lanczos_tol, fro_probes, dtype = (cfg[n] for n in ("k", "max_iter", "lanczos_tol", "fro_probes", "dtype"))
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if isinstance(refine, bool) or not isinstance(refine, int) or refine < 0:
-        raise ValueError(f"refine must be a non-negative integer (L-BFGS iterations), got {refine!r}")
+    s = settings if settings is not None else EscapeSettings()
+    budget = s.budget()
+    k = budget["k"]
     g = generator if generator is not None else torch.Generator().manual_seed(0)
     if state is None:
-        state = _collapsed_state(head, objective, batch_size, kind, rank, spread, g)
-    if refine and state.kind != "complete":
+        state = _collapsed_state(head, objective, s, g)
+    if s.refine and state.kind != "complete":
         raise ValueError(f"refine looks for a complete-collapse equilibrium; the state is {state.kind!r}")
-    kw = dict(predictor=predictor, teacher=teacher, bn_mode=bn_mode, dtype=dtype)
+    kw = dict(predictor=predictor, teacher=teacher, bn_mode=s.bn_mode, dtype=budget["dtype"])
     eh = EffectiveHessian(head, objective, state.z1, state.z2, **kw)
-    frame = _frame(frame, eh)
+    frame = _frame(s.frame, eh)
     tangent = frame == "tangent"
     for name, dim in (("H_eff", eh.dim), ("objective Hessian", eh.embed_dim)):
         if k > dim:
             raise ValueError(f"k={k} exceeds the dimension {dim} of the {name}; use k <= {dim}")
 
+    def run(op, vectors: bool = False) -> LanczosResult:
+        return _lz(op, k, "both", budget["max_iter"], budget["lanczos_tol"], g, vectors=vectors)
+
     def measure_h(e: EffectiveHessian) -> tuple[LanczosResult, Stationarity]:
         """The frame's H (Lanczos, with Ritz vectors) and the state's stationarity."""
-        run = _lz(e.H_tangent if tangent else e.H, k, "both", max_iter, lanczos_tol, g, vectors=True)
-        return run, stationarity(e.grad_z, run.scale, e.z, stationary_tol)
+        h_run = run(e.H_tangent if tangent else e.H, vectors=True)
+        return h_run, stationarity(e.grad_z, h_run.scale, e.z, s.stationary_tol)
 
     def build(z1: Tensor, z2: Tensor | None = None, target: Tensor | None = None) -> EffectiveHessian:
         return EffectiveHessian(head, objective, z1, z2, target=target, **kw)
 
     lh, st = measure_h(eh)
-    equilibrium = "exact" if st.stationary else "none"
-    refinement = None
-    spread_measured = state.spread
-    if refine and not st.stationary:
-        refinement, found = _refined(eh, state.z2, build, measure_h, refine, lh.scale)
+    equilibrium, refinement, spread_measured = ("exact" if st.stationary else "none"), None, state.spread
+    if s.refine and not st.stationary:
+        refinement, found = _refined(eh, state.z2, build, measure_h, s.refine, lh.scale)
         if found is not None:
             eh, (lh, st), spread_measured = found[0], found[1:], 0.0
             equilibrium = "exact" if refinement["iterations"] == 0 else "refined"
-    scale_h = lh.scale
-    g_op = eh.G_tangent if tangent else eh.G
-    lg, le, lha, lga, lea = _other_spectra(eh, tangent, pullback, objective_spectrum,
-                                           lambda op: _lz(op, k, "both", max_iter, lanczos_tol, g))
-    runs = [r for r in (lh, lg, le) if r is not None]
-
-    head_curv, pull_curv, directions = _split(eh, lh, g_op, pullback, tol)
-    lam_min_h = lh.lambda_min
-    negative = lam_min_h < -tol * scale_h
-    share = head_curv / lam_min_h if negative and lam_min_h != 0 else 0.0
-    head_neg = max(0.0, -head_curv) / scale_h if scale_h > 0 else 0.0
-
-    ratio = m_over_h_ratio(eh, num_probes=fro_probes, generator=g, exact_dim=cfg["exact_dim"], tangent=tangent) if m_over_h else None
+    spectra = _other_spectra(eh, tangent, s.pullback, s.objective_spectrum, run)
+    split = _split(eh, lh, eh.G_tangent if tangent else eh.G, s.pullback, s.tol)
+    ratio = m_over_h_ratio(eh, num_probes=budget["fro_probes"], generator=g, exact_dim=budget["exact_dim"],
+                           tangent=tangent) if s.m_over_h else None
+    runs = [r for r in (lh, *spectra[:2]) if r is not None]  # H, G, objective: not the ambient references
     spec = getattr(head, "spec", None)
-    n_matvec = sum(op.n_matvec for op in (eh.H, eh.G, eh.M, eh.G_tangent, eh.H_tangent, eh.objective_hessian,
-                                          eh.objective_hessian_tangent))
-    num_neg_e = count_negative(le, tol) if le is not None else None
     return EscapeCurvature(
-        objective=eh.objective_name,
-        head=spec.to_dict() if hasattr(spec, "to_dict") else None,
-        kind=state.kind, rank=state.rank, spread=spread_measured,
-        batch_size=eh.batch_size, dim=eh.dim, embed_dim=eh.embed_dim, bn_mode=bn_mode,
-        dtype=str(dtype).replace("torch.", ""),
-        frame=frame,
+        objective=eh.objective_name, head=spec.to_dict() if hasattr(spec, "to_dict") else None,
+        kind=state.kind, rank=state.rank, spread=spread_measured, batch_size=eh.batch_size, dim=eh.dim,
+        embed_dim=eh.embed_dim, bn_mode=s.bn_mode, dtype=str(budget["dtype"]).replace("torch.", ""), frame=frame,
         loss=eh.loss,
-        grad_norm=eh.grad_norm,
-        gradient_vanishes=eh.grad_norm <= grad_tol,
         grad_norm_z=st.grad_norm_z, newton_length=st.newton_length, gradient_relative=st.gradient_relative,
         stationary=st.stationary, stationary_tol=st.tol, equilibrium=equilibrium, refinement=refinement,
-        lambda_min_H=lam_min_h,
-        lambda_max_H=lh.lambda_max,
-        num_negative_H=count_negative(lh, tol),
-        lambda_min_G=lg.lambda_min if lg is not None else None,
-        lambda_max_G=lg.lambda_max if lg is not None else None,
-        num_negative_G=count_negative(lg, tol, max(lg.scale, scale_h)) if lg is not None else None,
-        lambda_min_H_ambient=lha.lambda_min if lha is not None else None,
-        num_negative_H_ambient=count_negative(lha, tol) if lha is not None else None,
-        lambda_min_G_ambient=lga.lambda_min if lga is not None else None,
-        lambda_min_objective=le.lambda_min if le is not None else None,
-        lambda_max_objective=le.lambda_max if le is not None else None,
-        num_negative_objective=num_neg_e,
-        objective_psd=(num_neg_e == 0) if num_neg_e is not None else None,
-        objective_psd_ambient=(count_negative(lea, tol) == 0) if lea is not None else None,
-        m_over_h=ratio.value if ratio is not None else None,
-        m_over_h_stderr=ratio.stderr if ratio is not None else None,
-        m_over_h_exact=ratio.exact if ratio is not None else None,
-        head_curvature=head_curv,
-        pullback_curvature=pull_curv,
-        head_share=share,
-        head_negative_curvature=head_neg,
-        lambda_min_shift=lam_min_h - lg.lambda_min if lg is not None else None,
-        negative_directions=directions,
-        tol=tol,
-        k=k,
+        lambda_min_H=lh.lambda_min, lambda_max_H=lh.lambda_max, num_negative_H=count_negative(lh, s.tol),
+        m_over_h=None if ratio is None else ratio.value, m_over_h_stderr=None if ratio is None else ratio.stderr,
+        m_over_h_exact=None if ratio is None else ratio.exact,
+        **split,
+        tol=s.tol, k=k,
         exact=all(r.exact for r in runs) and (ratio is None or ratio.exact),
         converged=all(r.converged for r in runs),
-        n_matvec=n_matvec,
+        n_matvec=sum(op.n_matvec for op in (eh.H, eh.G, eh.M, eh.G_tangent, eh.H_tangent, eh.objective_hessian,
+                                            eh.objective_hessian_tangent)),
+        reference=_reference(eh, lh, spectra, s.tol, s.grad_tol),
     )
 
 
-def _collapsed_state(head: nn.Module, objective: nn.Module, batch_size: int, kind: str, rank: int, spread: float,
-                     g: torch.Generator) -> Any:
-    """The objective's collapsed state for ``head``'s input width, drawn in float64 whatever the
-    mode, so "fast" and "accurate" see the same state."""
+def escape_premise(head: nn.Module, objective: nn.Module, state: Any, *, predictor: nn.Module | None = None,
+                   generator: torch.Generator | None = None, reference_head: str | None = None) -> EscapePremise:
+    """Thm 4.1's premise for ``objective`` at ``state`` (a CollapsedState: z1, z2 of shape (B, d)),
+    measured through ``head`` (a reference head, in_dim = d): "the objective's Hessian ∇²_e L is
+    positive semi-definite [in the frame of :func:`escape_curvature`] and its gradient ∇_e L ≠ 0"
+    at e = head(z1) (B, k). ``predictor`` as for :func:`escape_curvature`; ``reference_head``
+    names the head in the record (default: its class name). One Lanczos run of the objective's
+    Hessian in :data:`PREMISE_SETTINGS` (~0.1 s for the search's reference head)."""
+    esc = escape_curvature(head, objective, settings=PREMISE_SETTINGS, predictor=predictor, state=state,
+                           generator=generator)
+    ref = esc.reference
+    return EscapePremise(objective=esc.objective, holds=bool(ref.premise_holds), frame=esc.frame,
+                         lambda_min_objective=ref.lambda_min_objective, lambda_max_objective=ref.lambda_max_objective,
+                         grad_norm=float(ref.grad_norm), gradient_vanishes=bool(ref.gradient_vanishes),
+                         equilibrium=esc.equilibrium,
+                         reference_head=reference_head if reference_head is not None else type(head).__name__)
+
+
+def _collapsed_state(head: nn.Module, objective: nn.Module, s: EscapeSettings, g: torch.Generator) -> Any:
+    """The objective's collapsed state (z1, z2 of shape (B, d)) for ``head``'s input width d, drawn
+    in float64 whatever the mode, so "fast" and "accurate" see the same state."""
     in_dim = getattr(head, "in_dim", None)
     if not isinstance(in_dim, int):
         raise ValueError("head has no integer in_dim; pass state=objective.collapsed_state(B, d, ...)")
-    return objective.collapsed_state(batch_size, in_dim, kind=kind, rank=rank, spread=spread, generator=g,
+    return objective.collapsed_state(s.batch_size, in_dim, kind=s.kind, rank=s.rank, spread=s.spread, generator=g,
                                      dtype=torch.float64)
 
 
@@ -378,6 +200,29 @@ def _other_spectra(eh: EffectiveHessian, tangent: bool, pullback: bool, objectiv
         if tangent:
             lea = run(eh.objective_hessian)
     return lg, le, lha, lga, lea
+
+
+def _reference(eh: EffectiveHessian, lh: LanczosResult, spectra: tuple, tol: float, grad_tol: float) -> EscapeReference:
+    """:class:`EscapeReference` from the state's ∇_e L, the frame's H run ``lh`` and the
+    :func:`_other_spectra` (None where switched off)."""
+    lg, le, lha, lga, lea = spectra
+    num_neg_e = count_negative(le, tol) if le is not None else None
+    return EscapeReference(
+        grad_norm=eh.grad_norm,
+        gradient_vanishes=eh.grad_norm <= grad_tol,
+        lambda_min_objective=le.lambda_min if le is not None else None,
+        lambda_max_objective=le.lambda_max if le is not None else None,
+        num_negative_objective=num_neg_e,
+        objective_psd=(num_neg_e == 0) if num_neg_e is not None else None,
+        objective_psd_ambient=(count_negative(lea, tol) == 0) if lea is not None else None,
+        lambda_min_G=lg.lambda_min if lg is not None else None,
+        lambda_max_G=lg.lambda_max if lg is not None else None,
+        num_negative_G=count_negative(lg, tol, max(lg.scale, lh.scale)) if lg is not None else None,
+        lambda_min_shift=lh.lambda_min - lg.lambda_min if lg is not None else None,
+        lambda_min_H_ambient=lha.lambda_min if lha is not None else None,
+        num_negative_H_ambient=count_negative(lha, tol) if lha is not None else None,
+        lambda_min_G_ambient=lga.lambda_min if lga is not None else None,
+    )
 
 
 def _refined(eh: EffectiveHessian, z2: Tensor, build, measure_h, refine: int, scale_given: float):
@@ -410,10 +255,12 @@ def _refined(eh: EffectiveHessian, z2: Tensor, build, measure_h, refine: int, sc
     return record, ((found, lh, st) if record["adopted"] else None)
 
 
-def _split(eh: EffectiveHessian, lh: LanczosResult, g_op, pullback: bool, tol: float):
-    """θ = vᵀGv + vᵀMv along the bottom Ritz vectors v of H: (vᵀMv, vᵀGv) of the bottom one and
-    (θ, vᵀGv, vᵀMv) of each converged negative one. vᵀGv is a product of its own with
-    ``pullback``, else θ − vᵀMv (vᵀHv = θ for a Ritz pair)."""
+def _split(eh: EffectiveHessian, lh: LanczosResult, g_op, pullback: bool, tol: float) -> dict[str, Any]:
+    """θ = vᵀGv + vᵀMv along the bottom Ritz vectors v of H: the fields of :class:`EscapeCurvature`
+    from vᵀMv and vᵀGv of the bottom one (``head_curvature``, ``pullback_curvature``,
+    ``head_share``, ``head_negative_curvature``) and (θ, vᵀGv, vᵀMv) of each converged negative
+    one (``negative_directions``). vᵀGv is a product of its own with ``pullback``, else θ − vᵀMv
+    (vᵀHv = θ for a Ritz pair)."""
     assert lh.eigenvectors is not None
     scale_h = lh.scale
     order = torch.argsort(lh.eigenvalues)
@@ -434,7 +281,12 @@ def _split(eh: EffectiveHessian, lh: LanczosResult, g_op, pullback: bool, tol: f
             directions.append((theta, qg, qm))
         if not pullback:
             break  # fast path: the escape direction only
-    return head_curv, pull_curv, directions
+    lam_min = lh.lambda_min
+    negative = lam_min < -tol * scale_h
+    return dict(head_curvature=head_curv, pullback_curvature=pull_curv,
+                head_share=head_curv / lam_min if negative and lam_min != 0 else 0.0,
+                head_negative_curvature=max(0.0, -head_curv) / scale_h if scale_h > 0 else 0.0,
+                negative_directions=directions)
 
 
-__all__ = ["EscapeCurvature", "FRAMES", "escape_curvature"]
+__all__ = ["PREMISE_SETTINGS", "escape_curvature", "escape_premise"]

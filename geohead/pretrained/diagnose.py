@@ -128,12 +128,13 @@ def _objective(objective: str | nn.Module, head: nn.Module, state: dict[str, Any
 def _curvature(enc: InputAdapter, head: nn.Module, obj: nn.Module, predictor: nn.Module | None, teacher: nn.Module | None,
                test: Any, img_size: int, s: DiagnoseSettings, device: torch.device, say: _Clock) -> dict[str, Any]:
     from geohead.data import make_view_fn
-    from geohead.geometry import EffectiveHessian, escape_curvature, slq_density, spectrum_summary
+    from geohead.geometry import EffectiveHessian, EscapeSettings, escape_curvature, slq_density, spectrum_summary
     from geohead.geometry.summary import MODES
 
     say("escape curvature at collapse", "escape")
-    escape = escape_curvature(head, obj, predictor=predictor, teacher=teacher, batch_size=s.collapse_batch, kind="complete",
-                              mode=s.mode, refine=s.refine, generator=torch.Generator().manual_seed(s.seed))
+    settings = EscapeSettings(batch_size=s.collapse_batch, kind="complete", mode=s.mode, refine=s.refine)
+    escape = escape_curvature(head, obj, settings=settings, predictor=predictor, teacher=teacher,
+                              generator=torch.Generator().manual_seed(s.seed))
     say("H_eff at real features", "hessian")
     b = min(s.hessian_samples, len(test))
     recipe = getattr(obj, "name", "simclr") or "simclr"

@@ -138,7 +138,9 @@ def build_head(spec: HeadSpec, features: Tensor, seed: int, predictor_spec: Head
 def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     """Screen criteria of ``spec`` at init (see the module docstring); ~1 s on 2 CPU cores for
     d = 512, B = 256 (``benchmarks/search_screen.py``). Raises :class:`TrialDiverged` on NaN/inf."""
-    from geohead.geometry import escape_curvature, heff_conditioning, tangent_invariance, within_rank_condition
+    from geohead.geometry import (
+        EscapeSettings, escape_curvature, heff_conditioning, tangent_invariance, within_rank_condition,
+    )
     from geohead.objectives import CollapsedState
 
     t0 = time.perf_counter()
@@ -149,8 +151,8 @@ def screen(spec: HeadSpec, inputs: ScreenInputs) -> dict[str, float]:
     c1, c2 = inputs.collapsed
     state = CollapsedState(c1, c2, "complete", 0, inputs.spread)
     try:
-        esc = escape_curvature(head, obj, predictor=predictor, state=state, mode="fast", dtype=torch.float32,
-                               pullback=False, objective_spectrum=False, m_over_h=True, generator=g)
+        fast = EscapeSettings(mode="fast", dtype=torch.float32, pullback=False, objective_spectrum=False, m_over_h=True)
+        esc = escape_curvature(head, obj, settings=fast, predictor=predictor, state=state, generator=g)
         out.update(screen_escape_lambda_min=esc.lambda_min_H, screen_escape_negative=float(esc.num_negative_H),
                    screen_head_escape=esc.head_negative_curvature, screen_m_over_h=_float(esc.m_over_h))
         if math.isfinite(esc.gradient_relative):  # inf only where H = 0 and the gradient is not

@@ -8,74 +8,29 @@ curvature M: a head without it cannot leave collapse by curvature. Where the pre
 not assumed), G is indefinite for every head, every head "escapes" through the objective, and
 the head's escape curvature says nothing about the head.
 
-So, once per study, :func:`escape_premise` measures the objective's Hessian at the collapsed
-state (around the real feature mean) through a reference head (the objective's standard head,
-its hidden and output widths capped at :data:`REFERENCE_WIDTH`), in the frame
-:func:`~geohead.geometry.escape_curvature` chooses. Where the premise holds, the screen prunes a
-head whose H has no negative eigenvalue at collapse (:func:`screen_verdict`; the trial's
-``constraint`` attribute, which TPE and NSGA-II learn from, is 1); where it fails, the criterion
-is off and the search says so and why. The screen still records every head's escape curvature.
+So, once per study, :func:`reference_premise` measures the premise
+(:func:`geohead.geometry.escape_premise`) at the collapsed state (around the real feature mean)
+through a reference head (the objective's standard head, its hidden and output widths capped at
+:data:`REFERENCE_WIDTH`). Where the premise holds, the screen prunes a head whose H has no
+negative eigenvalue at collapse (:func:`screen_verdict`; the trial's ``constraint`` attribute,
+which TPE and NSGA-II learn from, is 1); where it fails, the criterion is off and the search says
+so and why (:func:`describe_criterion`, :func:`criterion_record`). The screen still records every
+head's escape curvature.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 from geohead.heads import HeadSpec
 
+if TYPE_CHECKING:
+    from geohead.geometry import EscapePremise
+
 #: Hidden and output width of the reference head of the premise check (prototypes are kept).
 REFERENCE_WIDTH = 256
-
-
-@dataclasses.dataclass
-class EscapePremise:
-    """Whether Thm 4.1's premise holds for the study's objective at its collapsed state.
-
-    Attributes:
-        objective: the objective's name.
-        holds: the premise (objective Hessian PSD in ``frame``, ∇_e L ≠ 0).
-        frame: ``"tangent"`` (cosine objectives) or ``"ambient"``.
-        lambda_min_objective, lambda_max_objective: extremes of the frame's objective Hessian.
-        grad_norm: ‖∇_e L‖ at the state; gradient_vanishes: below the tolerance.
-        equilibrium: ``"exact"``/``"none"``: whether the measured state is stationary.
-        reference_head: the head the premise was measured through.
-    """
-
-    objective: str
-    holds: bool
-    frame: str
-    lambda_min_objective: float | None
-    lambda_max_objective: float | None
-    grad_norm: float
-    gradient_vanishes: bool
-    equilibrium: str
-    reference_head: str
-
-    @property
-    def reason(self) -> str:
-        """Why the criterion is on or off, in words (with the measured numbers)."""
-        lo, hi = self.lambda_min_objective, self.lambda_max_objective
-        spec = f"λ_min {lo:.3g}, λ_max {hi:.3g}" if lo is not None and hi is not None else "spectrum not computed"
-        where = f"{self.frame} frame, at the collapsed state around the real feature mean through {self.reference_head}"
-        if self.holds:
-            return (f"Thm 4.1's premise holds for {self.objective}: its Hessian is positive semi-definite ({spec}) and "
-                    f"‖∇_e L‖ = {self.grad_norm:.3g} ≠ 0 ({where}); a head without negative curvature at collapse "
-                    "cannot escape it, so the screen prunes it")
-        if self.gradient_vanishes:
-            why = f"∇_e L vanishes (‖∇_e L‖ = {self.grad_norm:.3g})"
-        else:
-            why = f"its Hessian is indefinite ({spec})"
-        return (f"Thm 4.1's premise fails for {self.objective}: {why} ({where}); every head gets negative curvature "
-                "from the objective, so the head's escape curvature is recorded, not used")
-
-    def describe(self) -> str:
-        return f"escape criterion {'ON' if self.holds else 'OFF'}: {self.reason}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "on": self.holds, "reason": self.reason}
 
 
 def premise_head_spec(base: HeadSpec) -> HeadSpec:
@@ -84,23 +39,40 @@ def premise_head_spec(base: HeadSpec) -> HeadSpec:
                         out_dim=base.out_dim if base.prototypes else min(base.out_dim, REFERENCE_WIDTH))
 
 
-def escape_premise(name: str, objective: nn.Module, base: HeadSpec, z: Tensor, collapsed: tuple[Tensor, Tensor],
-                   predictor_spec: Callable[[int], HeadSpec | None], seed: int, spread: float) -> EscapePremise:
-    """Measure Thm 4.1's premise for ``objective`` (see the module docstring); ~0.1 s."""
-    from geohead.geometry import escape_curvature
+def reference_premise(objective: nn.Module, base: HeadSpec, z: Tensor, collapsed: tuple[Tensor, Tensor],
+                      predictor_spec: Callable[[int], HeadSpec | None], seed: int, spread: float) -> EscapePremise:
+    """Thm 4.1's premise for the study's objective at the complete collapsed state
+    ``collapsed`` (two (B, d) views, perturbation std ``spread``), through the reference head of
+    ``base`` built on the features ``z`` (N, d) with ``seed`` (see the module docstring); ~0.1 s."""
+    from geohead.geometry import escape_premise
     from geohead.objectives import CollapsedState
     from geohead.search.criteria import build_head
 
     spec = premise_head_spec(base)
     head, predictor = build_head(spec, z, seed, predictor_spec(spec.output_dim))
     state = CollapsedState(collapsed[0], collapsed[1], "complete", 0, spread)
-    esc = escape_curvature(head, objective, predictor=predictor, state=state, mode="fast", dtype=torch.float64,
-                           pullback=False, objective_spectrum=True, m_over_h=False,
-                           generator=torch.Generator().manual_seed(seed))
-    return EscapePremise(objective=name, holds=bool(esc.premise_holds), frame=esc.frame,
-                         lambda_min_objective=esc.lambda_min_objective, lambda_max_objective=esc.lambda_max_objective,
-                         grad_norm=float(esc.grad_norm), gradient_vanishes=bool(esc.gradient_vanishes),
-                         equilibrium=esc.equilibrium, reference_head=spec.describe())
+    return escape_premise(head, objective, state, predictor=predictor, generator=torch.Generator().manual_seed(seed),
+                          reference_head=spec.describe())
+
+
+def _reason(premise: EscapePremise) -> str:
+    """Why the criterion is on or off, in words (with the measured numbers)."""
+    where = f"{premise.frame} frame, at the collapsed state around the real feature mean through {premise.reference_head}"
+    if premise.holds:
+        return (f"Thm 4.1's premise holds for {premise.objective}: {premise.why} ({where}); a head without negative "
+                "curvature at collapse cannot escape it, so the screen prunes it")
+    return (f"Thm 4.1's premise fails for {premise.objective}: {premise.why} ({where}); every head gets negative "
+            "curvature from the objective, so the head's escape curvature is recorded, not used")
+
+
+def describe_criterion(premise: EscapePremise) -> str:
+    """One line for the search's header: the escape criterion ON or OFF, and why."""
+    return f"escape criterion {'ON' if premise.holds else 'OFF'}: {_reason(premise)}"
+
+
+def criterion_record(premise: EscapePremise) -> dict[str, Any]:
+    """``escape_criterion`` of search.json: the premise's fields, ``on`` and ``reason``."""
+    return {**premise.to_dict(), "on": premise.holds, "reason": _reason(premise)}
 
 
 def screen_verdict(crit: dict[str, float], premise: EscapePremise) -> str | None:
@@ -112,4 +84,5 @@ def screen_verdict(crit: dict[str, float], premise: EscapePremise) -> str | None
     return None
 
 
-__all__ = ["EscapePremise", "REFERENCE_WIDTH", "escape_premise", "premise_head_spec", "screen_verdict"]
+__all__ = ["REFERENCE_WIDTH", "criterion_record", "describe_criterion", "premise_head_spec", "reference_premise",
+           "screen_verdict"]

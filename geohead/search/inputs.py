@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -19,8 +19,11 @@ from torch import Tensor, nn
 from geohead.heads import HeadSpec
 from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, base_train_config
 from geohead.search.criteria import EvalInputs, ScreenInputs, calibrate_batchnorm
-from geohead.search.escape import EscapePremise, escape_premise
+from geohead.search.escape import reference_premise
 from geohead.search.space import SearchSpace, parse_constraints
+
+if TYPE_CHECKING:
+    from geohead.geometry import EscapePremise
 
 #: Orbits whose tangents the screen (2) and the trained criteria (8) use (5 tangents each with the
 #: 7-point sweeps); the Fisher rank costs one forward-mode product per tangent direction.
@@ -110,8 +113,8 @@ def prepare_trial_inputs(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
     )
     fixed, ranged = parse_constraints(cfg.fix, cfg.ranges)
     space = SearchSpace.default(in_dim).constrain(fixed, ranged)
-    premise = escape_premise(cfg.objective, init.objective, init.head_spec, init.z1, screen_inputs.collapsed,
-                             screen_inputs.predictor_spec, cfg.seed, COLLAPSED_SPREAD)
+    premise = reference_premise(init.objective, init.head_spec, init.z1, screen_inputs.collapsed,
+                                screen_inputs.predictor_spec, cfg.seed, COLLAPSED_SPREAD)
     return TrialInputs(device, base, init.head_spec, screen_inputs, eval_inputs, space, premise, data)
 
 

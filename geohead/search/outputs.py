@@ -74,9 +74,9 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
                   verdict: Any | None = None) -> tuple[dict[str, Any], str]:
     """Write trials.csv, rungs.csv, best_head.json (and pick_head.json), the plots, search.json
     and table.txt; return (summary, table). ``stopped``: why the search ended; ``dashboard``: the
-    optuna-dashboard command; ``premise``: :meth:`EscapePremise.to_dict` (whether the escape
-    criterion was on); ``verdict``: the :class:`~geohead.search.verdict.Verdict` (None: the pick
-    is recommended unchecked, e.g. after an interrupt)."""
+    optuna-dashboard command; ``premise``: :func:`~geohead.search.escape.criterion_record` (whether
+    the escape criterion was on, and why); ``verdict``: the :class:`~geohead.search.verdict.Verdict`
+    (None: the pick is recommended unchecked, e.g. after an interrupt)."""
     from geohead.search.score import SCORE_WEIGHTS
     from geohead.search.storage import count_trials
 

@@ -36,6 +36,7 @@ import torch
 
 from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, auto_workers
 from geohead.search.criteria import TrialDiverged
+from geohead.search.escape import describe_criterion
 from geohead.search.inputs import TrialInputs, prepare_trial_inputs
 from geohead.search.reference import enqueue_reference, published_spec, reference_trial
 from geohead.search.storage import (count_trials, dashboard_command, describe, fail_stale, has_heartbeat, open_storage,
@@ -82,6 +83,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     """
     import optuna
 
+    from geohead.search.escape import criterion_record
     from geohead.search.outputs import write_outputs
     cfg.validate()
     check_data(cfg)  # before anything is written; downloads here (once) when asked
@@ -117,7 +119,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     verdict = None if interrupted else _verdict(cfg, study, inputs, say)
     dashboard = dashboard_command(url)
     summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
-                                   premise=inputs.premise.to_dict(), verdict=verdict)
+                                   premise=criterion_record(inputs.premise), verdict=verdict)
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)
@@ -274,7 +276,7 @@ def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
                   f"go on at step{'s' if len(cfg.rungs) > 1 else ''} {', '.join(map(str, cfg.rungs))})")
     else:
         budget = f"{cfg.max_steps} steps (no successive halving)"
-    premise = inputs.premise.describe()
+    premise = describe_criterion(inputs.premise)
     if inputs.premise.holds and not cfg.escape:
         premise += "; but --no-escape is set: escape curvature is recorded, and no head is pruned or marked infeasible for it"
     echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
