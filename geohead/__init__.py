@@ -5,6 +5,8 @@ matplotlib) is imported lazily by the submodule that needs it.
 """
 from __future__ import annotations
 
+from geohead._lazy import lazy_attributes
+
 from geohead._version import __version__
 from geohead.heads import GeometricHead, HeadSpec
 
@@ -14,12 +16,4 @@ __all__ = ["GeometricHead", "HeadSpec", "__version__", "diagnose_model", "export
 _LAZY = {"export_backbone": "geohead.export", "load_backbone": "geohead.export",
          "diagnose_model": "geohead.pretrained.diagnose", "load_pretrained": "geohead.pretrained"}
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'geohead' has no attribute {name!r}")
+__getattr__ = lazy_attributes('geohead', globals(), _LAZY)

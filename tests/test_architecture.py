@@ -153,3 +153,22 @@ def test_import_layers_match_the_real_imports() -> None:
     wrong = {m: f"in layer {placed[m]} (from the bottom), imports reach {height(m)}"
              for m in sorted(named) if placed[m] != height(m)}
     assert not wrong, f"pyproject's layers disagree with the real imports: {wrong}"
+
+
+def test_public_entry_points_keep_working() -> None:
+    """Issue 25 moved the training application into geohead/training/; what users import stays."""
+    import geohead
+    import geohead.training
+    from geohead.export import export_backbone, load_backbone
+    from geohead.heads import GeometricHead, HeadSpec
+    from geohead.integrations.lightning import GeometryCallback  # noqa: F401  (needs lightning)
+    from geohead.monitor import GeometryMonitor  # noqa: F401
+    from geohead.training.config import TrainConfig, load_recipe
+    from geohead.training.loop import train
+
+    assert (geohead.GeometricHead, geohead.HeadSpec) == (GeometricHead, HeadSpec)
+    assert (geohead.export_backbone, geohead.load_backbone) == (export_backbone, load_backbone)
+    assert (geohead.training.train, geohead.training.TrainConfig, geohead.training.load_recipe) == \
+        (train, TrainConfig, load_recipe)
+    with pytest.raises(AttributeError, match="module 'geohead.training' has no attribute 'nope'"):
+        geohead.training.nope  # noqa: B018

@@ -14,18 +14,12 @@ none of its modules until one of these is used (PEP 562).
 """
 from __future__ import annotations
 
+from geohead._lazy import lazy_attributes
+
 __all__ = ["TrainConfig", "load_recipe", "train"]
 
 #: Attributes loaded on first access, so that ``import geohead.training.checkpoint`` stays light.
 _LAZY = {"train": "geohead.training.loop", "TrainConfig": "geohead.training.config",
          "load_recipe": "geohead.training.config"}
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'geohead.training' has no attribute {name!r}")
+__getattr__ = lazy_attributes('geohead.training', globals(), _LAZY)
