@@ -303,7 +303,8 @@ def plan(objective: str, folder: Path, args: argparse.Namespace) -> list[dict[st
     s0 = args.seeds[0]
     found_row = by_number.get(best["number"]) or {"number": best["number"], "search_rank": 1}
     runs = [trial_run("found", found_row, s0), preset_run("published", False, s0), preset_run("preset_silu", True, s0)]
-    if deep is not None:
+    runs = [r for r in runs if r["label"] not in args.skip]
+    if deep is not None and "best_deep" not in args.skip:
         runs.append(trial_run("best_deep", deep, s0))
     for s in args.seeds[1:]:
         runs += [trial_run("found", found_row, s), preset_run("published", False, s)]
@@ -327,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backbone", default=None, help="backbone of search and runs (default resnet18_w16)")
     ap.add_argument("--data-dir", default=str(SHARED), help="folder of cifar10_train_10k.npz and cifar10_test.npz")
     ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")
+    ap.add_argument("--skip", nargs="*", default=[], choices=("preset_silu", "best_deep"),
+                    help="extra runs left out of the plan (e.g. to fit a sitting; found, published and the top-k stay)")
     ap.add_argument("--out", default="runs/search_transfer")
     ap.add_argument("--reuse", default=None, help="results.json whose objectives are taken as measured")
     ap.add_argument("--results", default=None,
