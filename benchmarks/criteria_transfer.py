@@ -12,8 +12,9 @@ benchmark's (``search_budget.py``: 100 epochs):
    scored by its mean ρ over the ``--fit`` objectives; the best (ties: fewer criteria) is checked
    on the held-apart objectives against RankMe alone (today's score). A criterion is adopted only
    where the chosen subset beats RankMe alone on the held-apart objectives;
-3. compression (with its measured sign, i.e. -compression) and the tangent-Fisher effective rank,
-   which are recorded but are not components of the score, are shown beside them.
+3. compression (with its measured sign: 1/(1 + compression)) and the tangent-Fisher effective
+   rank, which are recorded but are not components of the score, are candidates of the subsets
+   too (``EXTRA``), so either can be adopted where it earns it.
 
 Run: ``python benchmarks/criteria_transfer.py --transfer benchmarks/results/search_transfer22_cpu.json
 --fit barlow simclr byol`` (the other objectives are held apart).
@@ -52,11 +53,32 @@ def rho(rows: list[dict[str, Any]], values: list[float | None], target: str = "k
     return spearman(values, [r[target] for r in rows])["rho"]
 
 
+#: Recorded criteria that are not score components, as candidates with a fixed [0, 1] transform
+#: (like the score's own) and the sign #15 measured: compression (ρ < 0 on Barlow Twins and
+#: SimCLR) enters as 1/(1 + compression); the tangent-Fisher effective rank (ρ > 0) as
+#: log(1 + erank)/log(1 + d).
+EXTRA = ("low_compression", "fisher_erank")
+
+
+def component(r: dict[str, Any], c: str) -> float | None:
+    """Score component ``c`` of a re-trained head (one of SCORE_CRITERIA or EXTRA)."""
+    import math
+
+    s = r["search"]
+    if c == "low_compression":
+        x = s.get("compression")
+        return None if x is None else 1.0 / (1.0 + max(0.0, x))
+    if c == "fisher_erank":
+        x, d = s.get("fisher_effective_rank"), r.get("dim_backbone") or 128
+        return None if x is None else math.log1p(max(0.0, x)) / math.log1p(d)
+    return s.get(f"score_{c}")
+
+
 def subset_values(rows: list[dict[str, Any]], subset: tuple[str, ...]) -> list[float | None]:
-    """Equal-weight mean of the score components in ``subset`` per head."""
+    """Equal-weight mean of the components in ``subset`` per head."""
     out = []
     for r in rows:
-        xs = [r["search"].get(f"score_{c}") for c in subset]
+        xs = [component(r, c) for c in subset]
         out.append(None if any(x is None for x in xs) else sum(xs) / len(xs))
     return out
 
@@ -69,8 +91,9 @@ def mean(xs: list[float | None]) -> float | None:
 def choose(by_obj: dict[str, list[dict[str, Any]]], fit: list[str], check: list[str]) -> dict[str, Any]:
     """The subset of components with the best mean ρ on ``fit``; its ρ and RankMe's on ``check``."""
     scored = []
-    for k in range(1, len(SCORE_CRITERIA) + 1):
-        for subset in itertools.combinations(SCORE_CRITERIA, k):
+    pool = SCORE_CRITERIA + EXTRA
+    for k in range(1, len(pool) + 1):
+        for subset in itertools.combinations(pool, k):
             fit_rho = mean([rho(by_obj[o], subset_values(by_obj[o], subset)) for o in fit if o in by_obj])
             if fit_rho is not None:
                 scored.append((fit_rho, -k, subset))
@@ -83,6 +106,15 @@ def choose(by_obj: dict[str, list[dict[str, Any]]], fit: list[str], check: list[
     c, r = res["check_mean_chosen"], res["check_mean_rankme"]
     res["adopt"] = bool(best != ("rankme",) and c is not None and r is not None and c > r)
     return res
+
+
+def leave_one_out(by_obj: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """For each objective: the subset chosen on all the others, checked on it against RankMe."""
+    return {o: choose(by_obj, [x for x in by_obj if x != o], [o]) for o in sorted(by_obj)}
+
+
+def _f(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,8 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nchosen on {args.fit}: {res['chosen']} (mean rho {res['fit_rho']:+.2f}); on {check}: "
           f"chosen {res['check_mean_chosen']}, RankMe alone {res['check_mean_rankme']}, all five {res['check_mean_all']}; "
           f"adopt: {res['adopt']}")
+    loo = leave_one_out(by_obj)
+    print("\nleave one objective out (chosen on the others, checked on it):")
+    print("| held out | chosen on the others | rho chosen | rho RankMe alone |\n|---|---|---|---|")
+    for o, r in loo.items():
+        print(f"| {o} | {', '.join(r['chosen'])} | {_f(r['check_mean_chosen'])} | {_f(r['check_mean_rankme'])} |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"per_criterion": table, "weights": res}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"per_criterion": table, "weights": res, "leave_one_out": loo},
+                                             indent=2) + "\n")
     return 0
 
 
