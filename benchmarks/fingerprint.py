@@ -9,8 +9,11 @@ Prints (and writes to ``--out``) a JSON fingerprint:
   (``--tiny``: 4 steps on 256 images), as exact hex.
 
 Compare two commits: run it in a worktree of each (``PYTHONPATH=<worktree>``) and diff the files.
-Keys renamed on purpose (issue 25: ``heff_isotropy`` -> ``heff_spread``; the search's scaled
-``std_backbone``/``std_head`` -> ``std_ratio_*``) are mapped with ``--renamed`` so values compare.
+Keys renamed on purpose (issue 25: ``heff_isotropy`` -> ``heff_spread``, mapped when the print is
+made; the search's scaled ``std_backbone``/``std_head`` -> ``std_ratio_*``, mapped by
+``--compare BEFORE AFTER`` where AFTER has ``std_ratio_*``) so values compare;
+``--compare`` prints how many values are identical and every one that is not (exit 1 then).
+Keys only AFTER has (new records) are listed, not compared.
 """
 from __future__ import annotations
 
@@ -61,11 +64,41 @@ def train_print(tmp: Path, tiny: bool) -> list[str]:
     return [_hex(r["loss"]) for r in lines if "loss" in r and r.get("kind") is None]
 
 
+def _flat(x: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(x, dict):
+        return {k2: v2 for k, v in x.items() for k2, v2 in _flat(v, f"{path}.{k}").items()}
+    if isinstance(x, list):
+        return {k2: v2 for i, v in enumerate(x) for k2, v2 in _flat(v, f"{path}[{i}]").items()}
+    return {path: x}
+
+
+def compare(before: Path, after: Path) -> int:
+    """Every value of ``before`` against ``after`` (the search's ``std_*`` under ``std_ratio_*``
+    where ``after`` has those); 0 when all are identical."""
+    a, b = _flat(json.loads(before.read_text())), _flat(json.loads(after.read_text()))
+    ratio = {"std_backbone": "std_ratio_backbone", "std_head": "std_ratio_head"}
+    differ = []
+    for key, value in a.items():
+        head, _, leaf = key.rpartition(".")
+        other = f"{head}.{ratio[leaf]}" if leaf in ratio and f"{head}.{ratio[leaf]}" in b else key
+        if b.get(other) != value:
+            differ.append((key, value, b.get(other)))
+    new = sorted({k.rpartition(".")[2] for k in b} - {k.rpartition(".")[2] for k in a} - set(ratio.values()))
+    print(f"{len(a) - len(differ)} of {len(a)} values identical; keys only in {after.name}: {new}")
+    for key, x, y in differ:
+        print(f"  {key}: {x} -> {y}")
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                    help="compare two prints instead of making one")
     args = ap.parse_args(argv)
+    if args.compare:
+        return compare(Path(args.compare[0]), Path(args.compare[1]))
     import torch
 
     torch.set_num_threads(1)
