@@ -26,6 +26,10 @@ def two_process_results(tmp_path_factory) -> list[dict]:
            "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0",
            str(Path(__file__).parent / "workers" / "dist_losses.py"), str(out), ",".join(NAMES)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
+        # gloo's rendezvous aborted at start-up: seen once on the 2-core machine with two other
+        # heavy jobs running (the same test passes alone); launch once more, then judge
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
