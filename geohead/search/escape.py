@@ -65,20 +65,28 @@ def _reason(premise: EscapePremise) -> str:
             "curvature from the objective, so the head's escape curvature is recorded, not used")
 
 
-def describe_criterion(premise: EscapePremise) -> str:
-    """One line for the search's header: the escape criterion ON or OFF, and why."""
-    return f"escape criterion {'ON' if premise.holds else 'OFF'}: {_reason(premise)}"
+#: What the header adds when ``--no-escape`` turns the constraint off where the premise holds.
+_TURNED_OFF = "; but --no-escape is set: escape curvature is recorded, and no head is pruned or marked infeasible for it"
 
 
-def criterion_record(premise: EscapePremise) -> dict[str, Any]:
-    """``escape_criterion`` of search.json: the premise's fields, ``on`` and ``reason``."""
-    return {**premise.to_dict(), "on": premise.holds, "reason": _reason(premise)}
+def describe_criterion(premise: EscapePremise, enabled: bool = True) -> str:
+    """One line for the search's header: the escape criterion ON or OFF, and why (``enabled``:
+    the search's ``escape`` setting)."""
+    off = _TURNED_OFF if premise.holds and not enabled else ""
+    return f"escape criterion {'ON' if premise.holds else 'OFF'}: {_reason(premise)}{off}"
 
 
-def screen_verdict(crit: dict[str, float], premise: EscapePremise) -> str | None:
-    """Why a candidate is pruned before training, or None: only where the premise holds, a head
-    whose H has no negative eigenvalue at the collapsed state cannot escape it."""
-    if premise.holds and crit.get("screen_escape_negative", 1.0) == 0:
+def criterion_record(premise: EscapePremise, enabled: bool = True) -> dict[str, Any]:
+    """``escape_criterion`` of search.json: the premise's fields, ``on`` (the premise holds and
+    the constraint is enabled), ``enabled`` and ``reason``."""
+    return {**premise.to_dict(), "on": premise.holds and enabled, "enabled": enabled, "reason": _reason(premise)}
+
+
+def screen_verdict(crit: dict[str, float], premise: EscapePremise, enabled: bool = True) -> str | None:
+    """Why a candidate is pruned before training, or None: only where the premise holds (and the
+    constraint is ``enabled``), a head whose H has no negative eigenvalue at the collapsed state
+    cannot escape it."""
+    if enabled and premise.holds and crit.get("screen_escape_negative", 1.0) == 0:
         return (f"screen: cannot escape collapse (Thm 4.1's premise holds for {premise.objective}; no negative "
                 f"curvature of H in the {premise.frame} frame, λ_min {crit.get('screen_escape_lambda_min', float('nan')):.3g})")
     return None

@@ -119,7 +119,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     verdict = None if interrupted else _verdict(cfg, study, inputs, say)
     dashboard = dashboard_command(url)
     summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
-                                   premise=criterion_record(inputs.premise), verdict=verdict)
+                                   premise=criterion_record(inputs.premise, cfg.escape), verdict=verdict)
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)
@@ -276,9 +276,7 @@ def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
                   f"go on at step{'s' if len(cfg.rungs) > 1 else ''} {', '.join(map(str, cfg.rungs))})")
     else:
         budget = f"{cfg.max_steps} steps (no successive halving)"
-    premise = describe_criterion(inputs.premise)
-    if inputs.premise.holds and not cfg.escape:
-        premise += "; but --no-escape is set: escape curvature is recorded, and no head is pruned or marked infeasible for it"
+    premise = describe_criterion(inputs.premise, cfg.escape)
     echo(f"search space (d={inputs.in_dim}, {inputs.space.size()} heads):\n{inputs.space.describe()}\n"
          f"budget per trial: {budget}\n{premise}\n"
          f"prepared data, initial backbone features and tangents in {time.perf_counter() - t0:.1f} s")

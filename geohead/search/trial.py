@@ -140,7 +140,7 @@ class TrialRunner:
             raise _fail(trial, str(exc)) from None
         for k, v in crit.items():
             trial.set_user_attr(k, v)
-        verdict = screen_verdict(crit, self.inputs.premise) if self.cfg.escape else None
+        verdict = screen_verdict(crit, self.inputs.premise, self.cfg.escape)
         trial.set_user_attr("constraint", 1.0 if verdict else 0.0)
         if verdict and self.cfg.prune and not self.cfg.multi and not is_reference(trial):
             trial.set_user_attr("pruned_by", verdict)
