@@ -47,12 +47,12 @@ def heads(transfer: dict[str, Any], objectives: list[str]) -> dict[tuple[str, st
     return out
 
 
-def plan(objectives: list[str], seeds: list[int]) -> list[tuple[str, str, int]]:
-    """(objective, label, seed), most important first."""
+def plan(objectives: list[str], seeds: list[int], labels: tuple[str, ...] = LABELS) -> list[tuple[str, str, int]]:
+    """(objective, label, seed) of the heads in ``labels``, most important first."""
     runs = [(o, lab, seeds[0]) for o in objectives for lab in ("found", "published")]
     runs += [(o, lab, s) for s in seeds[1:] for o in objectives for lab in ("found", "published")]
     runs += [(o, lab, seeds[0]) for o in objectives for lab in ("preset_silu", "best_deep")]
-    return runs
+    return [r for r in runs if r[1] in labels]
 
 
 def plot(runs: list[dict[str, Any]], transfer: dict[str, Any], path: Path) -> None:
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=str(st.SHARED))
     ap.add_argument("--n-train", type=int, default=None, help="training images (default all 10k)")
     ap.add_argument("--n-test", type=int, default=None, help="test images (default all 10k)")
+    ap.add_argument("--labels", nargs="+", choices=LABELS, default=list(LABELS), help="train only these heads")
     ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")
     ap.add_argument("--out", default="runs/search_budget")
     ap.add_argument("--results", default=str(RESULTS / "search_budget_cpu.json"))
@@ -109,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     prior = {(r["objective"], r["label"], r["seed"]): r for r in _prior(args.results, args.epochs)}
+    runs += [r for key, r in prior.items() if key not in set(plan(args.objective, args.seeds, tuple(args.labels)))]
     stopped = None
-    for objective, label, seed in plan(args.objective, args.seeds):
+    for objective, label, seed in plan(args.objective, args.seeds, tuple(args.labels)):
         src = by_head.get((objective, label))
         if src is None:
             continue

@@ -60,3 +60,20 @@ def test_missing_and_invalid_recipe_files(tmp_path) -> None:
     bad.write_text("objective = \n")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_recipe(bad)
+
+
+@pytest.mark.parametrize("objective", ["byol", "simsiam"])
+def test_predictor_is_the_methods_whatever_the_head(objective: str) -> None:
+    """The predictor is the method's published one (ReLU) for a smooth head and a ReLU head alike
+    (issue 22: the search's trials and the published head's runs must share it); the
+    ``head.predictor`` overrides still swap its activation."""
+    specs = {}
+    for smooth in (True, False):
+        cfg = config_from_dict({"objective": objective, "head": {"smooth": smooth}})
+        head = cfg.head.resolve(objective, 64)
+        assert head.activation == ("silu" if smooth else "relu")
+        specs[smooth] = cfg.head.resolve_predictor(objective, head.output_dim)
+    assert specs[True] == specs[False] and specs[True].activation == "relu"
+    silu = config_from_dict({"objective": objective, "head": {"predictor": {"activation": "silu"}}})
+    assert silu.head.resolve_predictor(objective, 32).activation == "silu"
+    assert config_from_dict({"objective": "barlow"}).head.resolve_predictor("barlow", 32) is None

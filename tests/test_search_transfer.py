@@ -32,3 +32,20 @@ def test_transfer_benchmark_at_smoke_scale(tmp_path, shared_data) -> None:
     assert search_transfer.main(["--scale", "smoke", "--data-dir", str(shared_data), "--out", str(out)]) == 0
     assert (out / "barlow" / "search" / "search.json").stat().st_mtime == before
     assert json.loads((out / "results.json").read_text())["runs"][0]["wall_s"] == res["runs"][0]["wall_s"]
+
+
+def test_budget_plan_order_and_labels() -> None:
+    """search_budget.py trains found/published at the first seed first, then the other seeds, then
+    the extra heads; ``--labels`` keeps only the heads named, in that order."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import search_budget
+
+    full = search_budget.plan(["barlow", "simclr"], [0, 1])
+    assert full[:4] == [("barlow", "found", 0), ("barlow", "published", 0), ("simclr", "found", 0),
+                        ("simclr", "published", 0)]
+    assert full[4:8] == [("barlow", "found", 1), ("barlow", "published", 1), ("simclr", "found", 1),
+                         ("simclr", "published", 1)]
+    assert full[8:] == [("barlow", "preset_silu", 0), ("barlow", "best_deep", 0), ("simclr", "preset_silu", 0),
+                        ("simclr", "best_deep", 0)]
+    assert search_budget.plan(["simclr"], [0, 1], ("found", "published")) == [
+        ("simclr", "found", 0), ("simclr", "published", 0), ("simclr", "found", 1), ("simclr", "published", 1)]

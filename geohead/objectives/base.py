@@ -114,16 +114,17 @@ class Objective(nn.Module):
         return self.loss(online[0], online[1])
 
     @classmethod
-    def predictor_spec(cls, dim: int, smooth: bool = True, **overrides: Any) -> "HeadSpec | None":
+    def predictor_spec(cls, dim: int, smooth: bool = False, **overrides: Any) -> "HeadSpec | None":
         """The :class:`~geohead.heads.HeadSpec` of the method's predictor on embeddings of width
-        ``dim`` (BYOL, SimSiam), with ``overrides`` of its fields; None for the others."""
+        ``dim`` (BYOL, SimSiam), with ``overrides`` of its fields; None for the others. The
+        published predictor (ReLU) by default; ``smooth=True`` swaps in SiLU."""
         from geohead.heads import preset_spec
 
         if cls.predictor_preset is None:
             return None
         return preset_spec(cls.predictor_preset, dim, smooth=smooth, **overrides)
 
-    def make_predictor(self, dim: int, smooth: bool = True, **overrides: Any) -> nn.Module:
+    def make_predictor(self, dim: int, smooth: bool = False, **overrides: Any) -> nn.Module:
         """The method's predictor head built from :meth:`predictor_spec`; ``ValueError`` for
         objectives without one."""
         from geohead.heads import GeometricHead

@@ -84,13 +84,15 @@ class HeadConfig:
     preset: Optional[str] = None
     """A preset name (default: the objective's standard head)."""
     smooth: bool = True
-    """Replace the preset's ReLU with SiLU."""
+    """Replace the head preset's ReLU with SiLU (the predictor stays the method's, see ``predictor``)."""
     file: Optional[str] = None
     """A HeadSpec JSON (e.g. the search's best_head.json); replaces ``preset`` and ``spec``."""
     spec: dict = field(default_factory=dict)
     """HeadSpec fields that override the preset (``hidden_dim``, ``out_dim``, ``depth``, ...)."""
     predictor: dict = field(default_factory=dict)
-    """HeadSpec fields that override the predictor preset (BYOL, SimSiam)."""
+    """HeadSpec fields that override the predictor preset (BYOL, SimSiam). The predictor is the
+    method's published one (ReLU) whatever the head's ``smooth``: it is part of the method, not
+    the projection head under study (``activation = "silu"`` here swaps it)."""
     init_scale: float = 1.0
     """Multiply the weights of the head's Linear layers by this factor after initialisation
     (the paper's "pseudo-collapsed" start of Fig. 3 uses 0.1); the predictor is left as built."""
@@ -107,10 +109,11 @@ class HeadConfig:
         return preset_spec(preset, in_dim, smooth=self.smooth, **self.spec)
 
     def resolve_predictor(self, objective: str, dim: int) -> "HeadSpec | None":
-        """The predictor's :class:`HeadSpec` (BYOL, SimSiam) on embeddings of width ``dim``, else None."""
+        """The predictor's :class:`HeadSpec` (BYOL, SimSiam) on embeddings of width ``dim``, else None:
+        the method's published predictor (ReLU; not ``smooth``) with the ``predictor`` overrides."""
         from geohead.objectives import OBJECTIVES
 
-        return OBJECTIVES[objective].predictor_spec(dim, smooth=self.smooth, **self.predictor)
+        return OBJECTIVES[objective].predictor_spec(dim, **self.predictor)
 
 
 @dataclass
