@@ -75,6 +75,25 @@ def test_a_study_without_trials_takes_the_settings_of_the_next_run(tmp_path) -> 
         create_study(SearchConfig(steps=9), open_storage(url))
 
 
+def test_a_predictor_study_made_before_the_published_predictor_does_not_resume(tmp_path) -> None:
+    """BYOL/SimSiam studies record that their trials use the method's published predictor; one
+    made before (no such key, a SiLU predictor then) refuses to mix with new trials."""
+    import optuna
+
+    from geohead.search.storage import open_storage
+    from geohead.search.study import create_study
+
+    assert SearchConfig(objective="byol").identity()["predictor"] == "published"
+    assert "predictor" not in SearchConfig(objective="barlow").identity()
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = create_study(SearchConfig(objective="simsiam"), open_storage(url))
+    old = {k: v for k, v in study.user_attrs["search_config"].items() if k != "predictor"}
+    study.set_user_attr("search_config", old)
+    study.add_trial(optuna.trial.create_trial(value=0.5))
+    with pytest.raises(SearchError, match="predictor: stored None vs now 'published'"):
+        create_study(SearchConfig(objective="simsiam"), open_storage(url))
+
+
 def test_the_api_fails_before_writing_too(tmp_path) -> None:
     with pytest.raises(SearchError, match="unknown backbone"):
         run_search(SearchConfig(out=str(tmp_path / "s"), backbone="resnet999"))

@@ -168,7 +168,13 @@ class SearchConfig:
                 "families", "screen_batch", "prune")
         keys += () if self.escape else ("escape",)
         d = dataclasses.asdict(self)
-        return {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keys}
+        ident = {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keys}
+        from geohead.objectives import OBJECTIVES
+
+        if OBJECTIVES[self.objective].predictor_preset is not None:
+            # BYOL/SimSiam studies made before the predictor became the method's own (SiLU then) do not resume
+            ident["predictor"] = "published"
+        return ident
 
     def validate(self) -> "SearchConfig":
         """Raise :class:`SearchError` (or the space's ``SpaceError``, both ``ValueError``) naming the
