@@ -296,9 +296,12 @@ def plan(objective: str, folder: Path, args: argparse.Namespace) -> list[dict[st
                 "desc": spec.describe()}
 
     def preset_run(label: str, smooth: bool, seed: int) -> dict[str, Any]:
+        from geohead.heads import preset_spec
+
         head = preset_head(objective, smooth, args.published_widths)
+        act = preset_spec(objective, 8, smooth=smooth).activation  # DINO's preset is GELU either way
         return {"label": label, "seed": seed, "trial": None, "search": {}, "head": head,
-                "desc": f"{objective} preset, {'SiLU' if smooth else 'ReLU'}, widths {head['spec'] or 'paper'}"}
+                "desc": f"{objective} preset, {act}, widths {head['spec'] or 'paper'}"}
 
     s0 = args.seeds[0]
     found_row = by_number.get(best["number"]) or {"number": best["number"], "search_rank": 1}
