@@ -56,12 +56,16 @@ def plan(objectives: list[str], seeds: list[int], labels: tuple[str, ...] = LABE
 
 
 def plot(runs: list[dict[str, Any]], transfer: dict[str, Any], path: Path) -> None:
-    """Backbone linear probe and kNN against epochs, one line per (objective, head), seed-mean."""
+    """Backbone linear probe and kNN against epochs, one line per (objective, head): the mean over
+    the seeds measured at the long budget, at every budget (like against like)."""
     from geohead.plotting import agg_figure
 
+    seeds: dict[tuple[str, str], set[int]] = {}
+    for r in runs:
+        seeds.setdefault((r["objective"], r["label"]), set()).add(r["seed"])
     points: dict[tuple[str, str], dict[int, list[tuple[float, float]]]] = {}
     for r in transfer["runs"] + runs:
-        if r["label"] not in LABELS or (r["objective"], r["label"]) not in {(x["objective"], x["label"]) for x in runs}:
+        if r["label"] not in LABELS or r["seed"] not in seeds.get((r["objective"], r["label"]), ()):
             continue
         ep = r.get("epochs", transfer["settings"]["epochs"])
         points.setdefault((r["objective"], r["label"]), {}).setdefault(ep, []).append(
@@ -75,7 +79,8 @@ def plot(runs: list[dict[str, Any]], transfer: dict[str, Any], path: Path) -> No
                 continue
             eps = sorted(by_ep)
             lin = [sum(p[0] for p in by_ep[e]) / len(by_ep[e]) for e in eps]
-            line, = ax.plot(eps, lin, marker="o", label=f"{lab} (linear)")
+            n = ",".join(str(x) for x in sorted(seeds[(obj, lab)]))
+            line, = ax.plot(eps, lin, marker="o", label=f"{lab} (linear, seed {n})")
             knn = [sum(p[1] for p in by_ep[e]) / len(by_ep[e]) for e in eps]
             ax.plot(eps, knn, marker="x", ls="--", color=line.get_color(), label=f"{lab} (kNN)")
         ax.set(title=o, xlabel="epochs", ylabel="backbone accuracy (CIFAR-10 test)")
