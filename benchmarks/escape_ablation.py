@@ -8,7 +8,9 @@ compares it with that benchmark's search (constraint on):
 
 * the pick (best_head / pick_head) of each search, and the trials the constraint pruned;
 * where the picks differ, the constraint-off pick re-trained 20 epochs at seeds 0 and 1 with the
-  transfer benchmark's recipe, against the constraint-on pick's runs in its results file.
+  transfer benchmark's recipe, against the constraint-on pick's runs in its results file;
+* with ``--screened``, also the heads the constraint pruned that completed the constraint-off
+  search, re-trained at the first seed: did the constraint throw away a better head?
 
 Run: ``python benchmarks/escape_ablation.py --transfer runs/search_transfer22b --results
 benchmarks/results/search_transfer22_cpu.json`` (after search_transfer has measured DINO);
@@ -17,6 +19,7 @@ writes ``benchmarks/results/escape_ablation_cpu.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -25,12 +28,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import search_transfer as st  # noqa: E402  (the transfer benchmark's search, recipe and runs)
+from geohead.heads import HeadSpec  # noqa: E402
+from geohead.search.results import read_trials_csv  # noqa: E402
 
 
 def _search_summary(folder: Path) -> dict[str, Any]:
     """Pick, verdict and the trials the screen pruned, from a search's outputs."""
-    from geohead.search.results import read_trials_csv
-
     summary = json.loads((folder / "search.json").read_text())
     pick = json.loads((folder / "pick_head.json").read_text())
     rows = read_trials_csv(folder / "trials.csv")
@@ -52,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=str(st.SHARED))
     ap.add_argument("--out", default="runs/escape_ablation")
     ap.add_argument("--save", default="benchmarks/results/escape_ablation_cpu.json")
+    ap.add_argument("--screened", action="store_true",
+                    help="also re-train (first seed) the heads the constraint pruned that completed without it")
     args = ap.parse_args(argv)
     data = {"train": str(Path(args.data_dir) / "cifar10_train_10k.npz"), "test": str(Path(args.data_dir) / "cifar10_test.npz")}
     on_folder = Path(args.transfer) / args.objective / "search"
@@ -65,12 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     results = json.loads(Path(args.results).read_text())
     on_runs = [r for r in results["runs"] if r["objective"] == args.objective and r["label"] in ("found", "published")]
     runs = []
-    if off["pick"] != on["pick"]:
-        for seed in args.seeds:
-            cfg = st.train_config(args.objective, data, seed, args.epochs, None, None, {"spec": off["pick"]},
-                                  Path(args.out) / args.objective / "runs" / f"found_no_escape_s{seed}", None)
-            runs.append({"label": "found_no_escape", "seed": seed, **st.train_one(cfg)})
-            _save(args, on, off, on_runs, runs)
+    todo = [("found_no_escape", off["pick"], seed) for seed in args.seeds] if off["pick"] != on["pick"] else []
+    if args.screened:  # the heads the constraint pruned that completed without it, at the first seed
+        done = {r["number"] for r in read_trials_csv(off_folder / "trials.csv") if r["state"] == "COMPLETE"}
+        todo += [(f"screened_trial_{n}", st.head_of_trial(off_folder, n), args.seeds[0])
+                 for n in on["pruned_by_screen"] if n in done]
+    for label, head, seed in todo:
+        spec = {k: v for k, v in dataclasses.asdict(HeadSpec.from_dict(head)).items() if k != "in_dim"}
+        cfg = st.train_config(args.objective, data, seed, args.epochs, None, None, {"spec": spec},
+                              Path(args.out) / args.objective / "runs" / f"{label}_s{seed}", None)
+        runs.append({"label": label, "seed": seed, **st.train_one(cfg)})
+        _save(args, on, off, on_runs, runs)
     _save(args, on, off, on_runs, runs)
     return 0
 
