@@ -53,5 +53,12 @@ def test_train_under_torchrun_is_quiet(tmp_path):
                   "track.log_every=1", "track.monitor_every=1", "track.progress=false", "probe.enabled=false",
                   'backbone.name="vit_tiny_cifar"', "backbone.args={depth=1, embed_dim=32, num_heads=2}",
                   'head.spec.norm="layer"'])
-    run(args, ROOT, module=False)
+    try:
+        run(args, ROOT, module=False)
+    except AssertionError as e:
+        # gloo aborting one rank at exit after both finished (seen once in a clean-clone CI run on 2 cores,
+        # before train() gained its closing barrier): launch once more, then judge; any other failure counts
+        if "terminate called without an active exception" not in str(e):
+            raise
+        run(args + ["--overwrite"], ROOT, module=False)
     assert (tmp_path / "dist" / "last.ckpt").is_file()

@@ -138,7 +138,10 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
         run = setup(cfg, distributed.rank(), distributed.world_size(), data)
         start = restore(run, resume, overwrite)
         last_loss = _loop(run, start, callback)
-        return finish(run, last_loss)
+        result = finish(run, last_loss)
+        if dist_on:  # no rank tears gloo down while another still talks to it (an abort at exit, seen in CI)
+            torch.distributed.barrier()
+        return result
     finally:
         if dist_on:
             torch.distributed.destroy_process_group()
