@@ -19,7 +19,6 @@ writes ``benchmarks/results/escape_ablation_cpu.json`` and prints a table.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -76,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         todo += [(f"screened_trial_{n}", st.head_of_trial(off_folder, n), args.seeds[0])
                  for n in on["pruned_by_screen"] if n in done]
     for label, head, seed in todo:
-        spec = {k: v for k, v in dataclasses.asdict(HeadSpec.from_dict(head)).items() if k != "in_dim"}
-        cfg = st.train_config(args.objective, data, seed, args.epochs, None, None, {"spec": spec},
+        cfg = st.train_config(args.objective, data, seed, args.epochs, None, None, st.run_head(HeadSpec.from_dict(head)),
                               Path(args.out) / args.objective / "runs" / f"{label}_s{seed}", None)
         runs.append({"label": label, "seed": seed, **st.train_one(cfg)})
         _save(args, on, off, on_runs, runs)

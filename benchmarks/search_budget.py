@@ -115,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     prior = {(r["objective"], r["label"], r["seed"]): r for r in _prior(args.results, args.epochs)}
-    runs += [r for key, r in prior.items() if key not in set(plan(args.objective, args.seeds, tuple(args.labels)))]
+    todo = plan(args.objective, args.seeds, tuple(args.labels))
+    runs += [r for key, r in prior.items() if key not in set(todo)]  # kept in the results file as they are
     stopped = None
-    for objective, label, seed in plan(args.objective, args.seeds, tuple(args.labels)):
+    for objective, label, seed in todo:
         src = by_head.get((objective, label))
         if src is None:
             continue

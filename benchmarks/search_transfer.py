@@ -137,6 +137,12 @@ def head_of_trial(folder: Path, number: int) -> dict[str, Any]:
     return study.trials[number].user_attrs["head"]
 
 
+def run_head(spec: Any) -> dict[str, Any]:
+    """The ``head`` of a run record (for :func:`train_config`) training the HeadSpec ``spec``: its
+    fields but the input width, which the run's backbone sets."""
+    return {"spec": {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}}
+
+
 # ---------------------------------------------------------------------- full-budget training
 def train_config(objective: str, data: dict[str, str], seed: int, epochs: int, n_train: int | None, n_test: int | None,
                  head: dict[str, Any], out: Path, backbone: str | None, checkpoints: int = 4) -> Any:
@@ -291,9 +297,7 @@ def plan(objective: str, folder: Path, args: argparse.Namespace) -> list[dict[st
     def trial_run(label: str, row: dict[str, Any], seed: int) -> dict[str, Any]:
         spec = HeadSpec.from_dict(head_of_trial(folder, row["number"]))
         return {"label": label, "seed": seed, "trial": row["number"], "search_rank": row.get("search_rank"),
-                "rung_score": row.get("rung_score"), "search": row,
-                "head": {"spec": {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}},
-                "desc": spec.describe()}
+                "rung_score": row.get("rung_score"), "search": row, "head": run_head(spec), "desc": spec.describe()}
 
     def preset_run(label: str, smooth: bool, seed: int) -> dict[str, Any]:
         from geohead.heads import preset_spec
