@@ -169,15 +169,14 @@ def read_safetensors(
             a readable safetensors file (truncated or corrupted?): <reason>"``.
     """
     from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
 
     path = Path(path)
     if not path.exists():
         raise SafetensorsReadError(f"{what} {str(path)!r} does not exist")
-    try:
+    try:  # one open: a writer's rename between two opens would pair one file's header with another's tensors
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
-        loaded = load_file(str(path)) if tensors else {}
+            loaded = {name: f.get_tensor(name) for name in f.keys()} if tensors else {}
     except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
         raise SafetensorsReadError(
             f"{what} {str(path)!r} is not a readable safetensors file (truncated or corrupted?): {exc}"

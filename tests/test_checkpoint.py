@@ -63,3 +63,32 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch) -
     ck = load_checkpoint(path)
     assert ck.meta["step"] == 1 and torch.equal(ck.tensors["x"], torch.ones(3))
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_a_checkpoint_replaced_while_it_is_read_reads_as_one_version(tmp_path, monkeypatch) -> None:
+    """A training run renames a new last.ckpt over the old one while a reader (resume, a monitor)
+    has it open: the reader gets the old file's header and tensors together, never a mix (a
+    clean-clone CI run once read step 2's header with step 3's tensors and failed the checksum)."""
+    import safetensors
+
+    path = save_checkpoint(tmp_path / "last.ckpt", {"x": torch.ones(3)}, {"step": 1})
+    real_open = safetensors.safe_open
+
+    class RenamedAfterOpen:  # the writer's os.replace lands just after the reader opened the file
+        def __init__(self, *args, **kwargs) -> None:
+            self.handle = real_open(*args, **kwargs)
+
+        def __enter__(self):
+            f = self.handle.__enter__()
+            save_checkpoint(path, {"x": torch.full((3,), 2.0)}, {"step": 2})
+            return f
+
+        def __exit__(self, *exc):
+            return self.handle.__exit__(*exc)
+
+    monkeypatch.setattr(safetensors, "safe_open", RenamedAfterOpen)
+    ck = load_checkpoint(path)  # the old code opened the path twice and failed its checksum here
+    assert ck.meta["step"] == 1 and torch.equal(ck.tensors["x"], torch.ones(3))
+    monkeypatch.undo()
+    later = load_checkpoint(path)
+    assert later.meta["step"] == 2 and torch.equal(later.tensors["x"], torch.full((3,), 2.0))
