@@ -156,3 +156,21 @@ def test_effective_hessian_on_cuda_matches_cpu_float64(objective: str) -> None:
     assert res.converged
     scale = float(lam.abs().max())
     assert abs(res.lambda_min - float(lam[0])) <= 1e-8 * scale and abs(res.lambda_max - float(lam[-1])) <= 1e-8 * scale
+
+
+@pytest.mark.parametrize("mode", ["pca", "zca"])
+def test_whitening_on_cuda_matches_cpu(mode: str) -> None:
+    """whiten_ of a head on the GPU sets the same first layer as on the CPU (the first GPU run
+    found PCA whitening building its selector on the CPU: every PCA trial of a search failed)."""
+    from geohead.heads import GeometricHead
+
+    torch.manual_seed(0)
+    cpu = GeometricHead(12, 10, hidden_dim=16, depth=2, activation="silu", norm="batch")
+    gpu = GeometricHead(12, 10, hidden_dim=16, depth=2, activation="silu", norm="batch").cuda()
+    gpu.load_state_dict(cpu.state_dict())
+    x = torch.randn(64, 12, generator=torch.Generator().manual_seed(1)) @ torch.randn(12, 12, generator=torch.Generator().manual_seed(2))
+    cpu.whiten_(x, mode=mode)
+    gpu.whiten_(x.cuda(), mode=mode)
+    for (name, a), b in zip(gpu.state_dict().items(), cpu.state_dict().values()):
+        assert a.device.type == "cuda", name
+        assert torch.allclose(a.cpu(), b, rtol=1e-5, atol=1e-6), name  # float64 eigh on each device, then float32

@@ -42,8 +42,8 @@ def whitening_rows(
     lam_r = lam_r + eps * float(evals.clamp_min(0).mean())
     scaled = u_r.T / lam_r.sqrt()[:, None]  # (r, in_dim): Λ_r^{-1/2} U_rᵀ
     if mode == "pca":
-        p = torch.zeros(m, r, dtype=torch.float64)
-        p[:r, :r] = torch.eye(r, dtype=torch.float64)
+        p = torch.zeros(m, r, dtype=torch.float64, device=x.device)
+        p[:r, :r] = torch.eye(r, dtype=torch.float64, device=x.device)
     else:
         a = u_r[:m]  # (m, r)
         uu, _, vh = torch.linalg.svd(a, full_matrices=False)
