@@ -17,7 +17,9 @@ benchmark's (``search_budget.py``: 100 epochs):
    too (``EXTRA``), so either can be adopted where it earns it.
 
 Run: ``python benchmarks/criteria_transfer.py --transfer benchmarks/results/search_transfer22_cpu.json
---fit barlow simclr byol`` (the other objectives are held apart).
+benchmarks/results/search_transfer22p_cpu.json --fit barlow simclr byol`` (the other objectives are
+held apart; an objective in a later file replaces its runs in the earlier ones: the second file
+re-measured BYOL and SimSiam with the published predictor).
 """
 from __future__ import annotations
 
@@ -35,6 +37,12 @@ from geohead.search.score import SCORE_CRITERIA
 RECORDED = ("score_rankme", "score_uniformity", "score_invariance", "score_fisher", "score_conditioning",
             "compression", "local_invariance", "tangent_invariance", "fisher_effective_rank", "fisher_soft_rank_loss",
             "heff_stable_rank", "screen_head_escape", "screen_heff_stable_rank")
+
+
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results dict from several: each objective's runs come from the last file that holds it."""
+    owner = {r["objective"]: i for i, res in enumerate(results) for r in res["runs"]}
+    return {"runs": [r for i, res in enumerate(results) for r in res["runs"] if owner[r["objective"]] == i]}
 
 
 def heads(results: dict[str, Any], epochs: int | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -119,11 +127,12 @@ def _f(x: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--transfer", required=True, help="search_transfer.py's results.json")
+    ap.add_argument("--transfer", nargs="+", required=True,
+                    help="search_transfer.py's results.json files; an objective in a later one replaces the earlier's")
     ap.add_argument("--fit", nargs="+", required=True, help="objectives the weights are chosen on")
     ap.add_argument("--out", default=None, help="write the tables as JSON here")
     args = ap.parse_args(argv)
-    results = json.loads(Path(args.transfer).read_text())
+    results = merge([json.loads(Path(p).read_text()) for p in args.transfer])
     by_obj = heads(results)
     objectives = sorted(by_obj)
     table: dict[str, dict[str, Any]] = {}

@@ -49,3 +49,19 @@ def test_budget_plan_order_and_labels() -> None:
                         ("simclr", "best_deep", 0)]
     assert search_budget.plan(["simclr"], [0, 1], ("found", "published")) == [
         ("simclr", "found", 0), ("simclr", "published", 0), ("simclr", "found", 1), ("simclr", "published", 1)]
+
+
+def test_criteria_transfer_merges_files_by_objective() -> None:
+    """criteria_transfer.py --transfer A B: an objective B re-measured replaces all of A's runs of
+    it (none of A's stale rows survive); objectives only in A stay."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import criteria_transfer
+    finally:
+        sys.path.pop(0)
+    old = {"runs": [{"objective": "barlow", "trial": 1, "v": "a"}, {"objective": "byol", "trial": 1, "v": "a"},
+                    {"objective": "byol", "trial": 2, "v": "a"}]}
+    new = {"runs": [{"objective": "byol", "trial": 3, "v": "b"}]}
+    merged = criteria_transfer.merge([old, new])["runs"]
+    assert [(r["objective"], r["trial"], r["v"]) for r in merged] == [("barlow", 1, "a"), ("byol", 3, "b")]
+    assert criteria_transfer.merge([new, old])["runs"] == old["runs"]
