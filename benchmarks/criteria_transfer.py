@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from geohead.search.results import spearman
-from geohead.search.score import SCORE_CRITERIA
+from geohead.search.score import SCORE_CRITERIA, fisher_erank, low_compression
 
 #: Recorded criteria reported per objective (search-time values of the re-trained heads).
 RECORDED = ("score_rankme", "score_uniformity", "score_invariance", "score_fisher", "score_conditioning",
@@ -70,15 +70,13 @@ EXTRA = ("low_compression", "fisher_erank")
 
 def component(r: dict[str, Any], c: str) -> float | None:
     """Score component ``c`` of a re-trained head (one of SCORE_CRITERIA or EXTRA)."""
-    import math
-
     s = r["search"]
     if c == "low_compression":
         x = s.get("compression")
-        return None if x is None else 1.0 / (1.0 + max(0.0, x))
+        return None if x is None else low_compression(x)
     if c == "fisher_erank":
         x, d = s.get("fisher_effective_rank"), r.get("dim_backbone") or 128
-        return None if x is None else math.log1p(max(0.0, x)) / math.log1p(d)
+        return None if x is None else fisher_erank(x, d)
     return s.get(f"score_{c}")
 
 
@@ -121,6 +119,27 @@ def leave_one_out(by_obj: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str
     return {o: choose(by_obj, [x for x in by_obj if x != o], [o]) for o in sorted(by_obj)}
 
 
+def picks(results: dict[str, Any], by_obj: dict[str, list[dict[str, Any]]],
+          subset: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Per objective: the head ``subset``'s equal-weight score ranks first among the re-trained
+    heads, its seed-0 linear probe and its margin (points) over the published head's mean over
+    seeds. Restricted to the heads the search's own score put in its top k: what a score change
+    would have picked there, not what it would pick from the whole space."""
+    pub: dict[str, list[float]] = {}
+    for r in results["runs"]:
+        if r["label"] == "published" and r.get("linear_backbone") is not None:
+            pub.setdefault(r["objective"], []).append(r["linear_backbone"])
+    out = {}
+    for o, rows in sorted(by_obj.items()):
+        vals = subset_values(rows, subset)
+        i = max(range(len(rows)), key=lambda k: -1.0 if vals[k] is None else vals[k])
+        p = sum(pub[o]) / len(pub[o]) if pub.get(o) else None
+        lin = rows[i]["linear_backbone"]
+        out[o] = {"trial": rows[i]["trial"], "linear_backbone": lin, "published_mean": p,
+                  "margin_points": None if p is None else 100 * (lin - p)}
+    return out
+
+
 def _f(x: float | None) -> str:
     return "-" if x is None else f"{x:+.2f}"
 
@@ -152,8 +171,18 @@ def main(argv: list[str] | None = None) -> int:
     print("| held out | chosen on the others | rho chosen | rho RankMe alone |\n|---|---|---|---|")
     for o, r in loo.items():
         print(f"| {o} | {', '.join(r['chosen'])} | {_f(r['check_mean_chosen'])} | {_f(r['check_mean_rankme'])} |")
+    chosen = tuple(res["chosen"])
+    now, then = picks(results, by_obj, ("rankme",)), picks(results, by_obj, chosen)
+    print(f"\nthe first head among the re-trained ones, RankMe alone vs {', '.join(chosen)} (seed-0 linear probe, "
+          "points over the published head's mean):")
+    print("| objective | RankMe: trial, linear, margin | chosen: trial, linear, margin |\n|---|---|---|")
+    for o in objectives:
+        a, b = now[o], then[o]
+        print(f"| {o} | #{a['trial']} {a['linear_backbone']:.3f} {_f(a['margin_points'])} | "
+              f"#{b['trial']} {b['linear_backbone']:.3f} {_f(b['margin_points'])} |")
     if args.out:
-        Path(args.out).write_text(json.dumps({"per_criterion": table, "weights": res, "leave_one_out": loo},
+        Path(args.out).write_text(json.dumps({"per_criterion": table, "weights": res, "leave_one_out": loo,
+                                              "picks": {"rankme": now, "chosen": then}},
                                              indent=2) + "\n")
     return 0
 

@@ -77,3 +77,16 @@ def test_predictor_is_the_methods_whatever_the_head(objective: str) -> None:
     silu = config_from_dict({"objective": objective, "head": {"predictor": {"activation": "silu"}}})
     assert silu.head.resolve_predictor(objective, 32).activation == "silu"
     assert config_from_dict({"objective": "barlow"}).head.resolve_predictor("barlow", 32) is None
+
+
+def test_search_score_choices_and_multi() -> None:
+    """--score takes geometry, theory or knn; --multi optimises the criteria themselves, so it
+    refuses any score but the default, naming the one given."""
+    from geohead.search import SearchConfig, SearchError
+
+    for score in ("geometry", "theory", "knn"):
+        SearchConfig(score=score).validate()
+    with pytest.raises(SearchError, match=r"unknown score 'rank'.*'theory'"):
+        SearchConfig(score="rank").validate()
+    with pytest.raises(SearchError, match="drop --score theory or --multi"):
+        SearchConfig(score="theory", multi=True).validate()

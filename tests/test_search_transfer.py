@@ -65,3 +65,25 @@ def test_criteria_transfer_merges_files_by_objective() -> None:
     merged = criteria_transfer.merge([old, new])["runs"]
     assert [(r["objective"], r["trial"], r["v"]) for r in merged] == [("barlow", 1, "a"), ("byol", 3, "b")]
     assert criteria_transfer.merge([new, old])["runs"] == old["runs"]
+
+
+def test_criteria_transfer_picks_the_first_head_under_a_subset() -> None:
+    """picks(): the re-trained head a subset's equal-weight score ranks first, and its margin over
+    the published head's mean over seeds, in linear-probe points."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import criteria_transfer
+    finally:
+        sys.path.pop(0)
+    rows = [{"objective": "simsiam", "label": "found", "trial": 5, "seed": 0, "linear_backbone": 0.18, "knn_backbone": 0.1,
+             "search": {"score_rankme": 0.9, "score_conditioning": 0.1}},
+            {"objective": "simsiam", "label": "top_2", "trial": 2, "seed": 0, "linear_backbone": 0.36, "knn_backbone": 0.3,
+             "search": {"score_rankme": 0.6, "score_conditioning": 0.8}}]
+    published = [{"objective": "simsiam", "label": "published", "trial": None, "seed": s, "linear_backbone": v}
+                 for s, v in ((0, 0.30), (1, 0.32))]
+    results = {"runs": rows + published}
+    by_obj = criteria_transfer.heads(results)
+    assert criteria_transfer.picks(results, by_obj, ("rankme",))["simsiam"]["trial"] == 5
+    got = criteria_transfer.picks(results, by_obj, ("rankme", "conditioning"))["simsiam"]
+    assert got["trial"] == 2 and got["published_mean"] == pytest.approx(0.31)
+    assert got["margin_points"] == pytest.approx(5.0)

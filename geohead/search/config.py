@@ -8,7 +8,7 @@ from typing import Any
 from geohead.search.criteria import DEFAULT_FAMILIES
 from geohead.search.space import DIMENSIONS, parse_constraints
 
-SCORES = ("geometry", "knn")
+SCORES = ("geometry", "theory", "knn")
 #: The first rung of successive halving when neither --min-steps nor --steps is given.
 DEFAULT_MIN_STEPS = 100
 SAMPLERS = ("tpe", "random", "nsga2")
@@ -69,7 +69,9 @@ class SearchConfig:
             (:func:`~geohead.search.config.auto_workers`: one per GPU, on CPU min(4, cores)).
         storage, study: Optuna storage (see :mod:`geohead.search.storage`) and study name.
         seed, device: the common seed of every trial; ``auto``/``cpu``/``cuda``.
-        score: ``geometry`` (label-free, default) or ``knn``; multi: NSGA-II over the normalised
+        score: ``geometry`` (label-free: RankMe, default), ``theory`` (label-free: RankMe + H_eff
+            conditioning + low compression + tangent-Fisher effective rank, see
+            :data:`~geohead.search.score.THEORY_WEIGHTS`) or ``knn``; multi: NSGA-II over the normalised
             criteria of ``SCORE_CRITERIA``; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
         probe_train, probe_test, orbit_images, families, screen_batch: sizes of the measurements.
@@ -200,7 +202,7 @@ class SearchConfig:
         if self.score not in SCORES:
             raise SearchError(f"unknown score {self.score!r}; choose one of {list(SCORES)}")
         if self.multi and self.score != "geometry":
-            raise SearchError("--multi optimises the label-free criteria themselves; drop --score knn or --multi")
+            raise SearchError(f"--multi optimises the label-free criteria themselves; drop --score {self.score} or --multi")
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise SearchError(f"unknown sampler {self.sampler!r}; choose one of {list(SAMPLERS)}")
         if self.device.split(":")[0] not in ("auto", "cpu", "cuda"):

@@ -77,7 +77,7 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     optuna-dashboard command; ``premise``: :func:`~geohead.search.escape.criterion_record` (whether
     the escape criterion was on, and why); ``verdict``: the :class:`~geohead.search.verdict.Verdict`
     (None: the pick is recommended unchecked, e.g. after an interrupt)."""
-    from geohead.search.score import SCORE_WEIGHTS
+    from geohead.search.score import LABEL_FREE_SCORES
     from geohead.search.storage import count_trials
 
     out = Path(cfg.out_dir)
@@ -87,7 +87,7 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     rungs = rung_rows(study)
     write_trials_csv(rungs, out / "rungs.csv")
     multi = len(study.directions) > 1
-    value_key = "score" if multi or cfg.score == "geometry" else TRUTH
+    value_key = "score" if multi or cfg.score != "knn" else TRUTH
     best = best_trial(study)
     best_info = _write_best(best, out / "pick_head.json") if best is not None else None
     ref = reference_trial(study)
@@ -106,7 +106,7 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
                    "pruned_at_rung": sum(1 for r in rows if str(r.get("pruned_by", "")).startswith("successive"))},
         "stopped_by": stopped,
         "escape_criterion": premise,
-        "score_weights": dict(SCORE_WEIGHTS) if not multi and cfg.score == "geometry" else None,
+        "score_weights": dict(LABEL_FREE_SCORES[cfg.score]) if not multi and cfg.score != "knn" else None,
         "budget": {"min_steps": cfg.min_steps, "max_steps": cfg.max_steps, "reduction_factor": cfg.reduction_factor,
                    "rungs": list(cfg.rungs) if cfg.prune and not multi else []},
         "spearman": corr.get("score", {"rho": None, "p": None, "n": 0}),

@@ -104,7 +104,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     say(f"geohead search: {cfg.objective} on {cfg.data}, study {cfg.study_name!r} in {describe(url)}, "
         f"{len(study.trials)} trial(s) stored, target {cfg.trials} heads"
         + (f", timeout {cfg.timeout:.0f} s" if cfg.timeout else "") + f" -> {out}")
-    what = "score" if cfg.multi or cfg.score == "geometry" else "kNN"
+    what = "score" if cfg.multi or cfg.score != "knn" else "kNN"
     bar = StudyProgress(cfg.trials, cfg.timeout, what=what, enabled=cfg.progress)
     bar.update(study)
     interrupted, stopped = False, "target"

@@ -10,6 +10,12 @@ fixed transform (so a trial's score never depends on the other trials), and thei
                                                          tangent span, as a fraction (Thm 5.3)
     conditioning  log stable rank(H_eff) / log(B·d)     curvature spread over many directions
 
+Two recorded criteria enter only the ``theory`` score (:data:`THEORY_WEIGHTS`), with the sign
+measured on CIFAR-10 (docs/search.md, "Which criteria earn a weight"):
+
+    low_compression  1 / (1 + compression)               global orbit compression, lower is better
+    fisher_erank     log(1 + erank(F_T)) / log(1 + d)    the tangent-Fisher effective rank
+
 The local invariance ratio replaces the global orbit compression of earlier versions (still
 recorded as ``compression``, not scored): compression measured the backbone's rank as much as
 the head. See :data:`SCORE_WEIGHTS` for the weights and the measurement they come from: on that
@@ -33,6 +39,29 @@ SCORE_CRITERIA: tuple[str, ...] = ("rankme", "uniformity", "invariance", "fisher
 #: criteria carry no signal for the backbone's kNN accuracy there; they stay recorded (and are
 #: ``--multi``'s objectives). Checked on CIFAR-10 (README, "Search for a head").
 SCORE_WEIGHTS: dict[str, float] = {"rankme": 1.0, "uniformity": 0.0, "invariance": 0.0, "fisher": 0.0, "conditioning": 0.0}
+
+
+#: Weights of ``--score theory``: RankMe, H_eff conditioning, low orbit compression and the
+#: tangent-Fisher effective rank, equal weights. Chosen on 20-epoch CIFAR-10 runs of Barlow Twins,
+#: SimCLR and BYOL (``benchmarks/criteria_transfer.py``: the best equal-weight subset by mean
+#: Spearman ρ with the backbone's kNN accuracy over each search's re-trained top 6, +0.88) and
+#: checked on SimSiam, VICReg and DINO: mean ρ +0.45 against RankMe alone's +0.05; with each
+#: objective held out once it beats RankMe on 5 of 6. Those heads were RankMe's top 6, so the
+#: check ranks heads RankMe had chosen; a search scored this way is not measured yet, which is
+#: why it is an option and not the default.
+THEORY_WEIGHTS: dict[str, float] = {"rankme": 1.0, "conditioning": 1.0, "low_compression": 1.0, "fisher_erank": 1.0}
+#: The label-free scores by name (``SearchConfig.score``; ``knn`` is not label-free).
+LABEL_FREE_SCORES: dict[str, dict[str, float]] = {"geometry": SCORE_WEIGHTS, "theory": THEORY_WEIGHTS}
+
+
+def low_compression(compression: float) -> float:
+    """1 / (1 + compression) in [0, 1]: the orbit compression's measured sign (lower is better)."""
+    return 1.0 / (1.0 + max(0.0, compression)) if math.isfinite(compression) else 0.0
+
+
+def fisher_erank(erank: float, dim: float) -> float:
+    """log(1 + erank) / log(1 + d) in [0, 1]: the tangent-Fisher effective rank of d dimensions."""
+    return _unit(math.log1p(max(0.0, erank)) / math.log1p(dim)) if math.isfinite(erank) and dim > 0 else 0.0
 
 
 def _unit(x: float) -> float:
@@ -59,12 +88,15 @@ def score_components(crit: dict[str, float]) -> dict[str, float]:
 
 
 def geometric_score(crit: dict[str, float], weights: dict[str, float] | None = None) -> float:
-    """The label-free score: the weighted mean of :func:`score_components` (:data:`SCORE_WEIGHTS`
-    by default)."""
+    """The label-free score: the weighted mean of :func:`score_components` and, where ``weights``
+    name them, ``low_compression`` / ``fisher_erank`` (:data:`SCORE_WEIGHTS` by default)."""
     comps = score_components(crit)
+    comps["low_compression"] = low_compression(crit.get("compression", float("nan")))
+    comps["fisher_erank"] = fisher_erank(crit.get("fisher_effective_rank", float("nan")), crit.get("dim_backbone", float("nan")))
     w = SCORE_WEIGHTS if weights is None else weights
     total = sum(w.values())
     return sum(w[k] * comps[k] for k in w) / total if total > 0 else 0.0
 
 
-__all__ = ["SCORE_CRITERIA", "SCORE_WEIGHTS", "geometric_score", "score_components"]
+__all__ = ["LABEL_FREE_SCORES", "SCORE_CRITERIA", "SCORE_WEIGHTS", "THEORY_WEIGHTS", "fisher_erank", "geometric_score",
+           "low_compression", "score_components"]
