@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--search-trials", type=int, default=None,
                     help="distinct heads per search and no timeout: a result independent of the machine's load")
     ap.add_argument("--backbone", default=None, help="backbone of search and runs (default resnet18_w16)")
+    ap.add_argument("--score", choices=("geometry", "theory"), default=None,
+                    help="the search's label-free score (default: the search's own default, geometry)")
     ap.add_argument("--data-dir", default=str(SHARED), help="folder of cifar10_train_10k.npz and cifar10_test.npz")
     ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")
     ap.add_argument("--skip", nargs="*", default=[], choices=("preset_silu", "best_deep"),
@@ -368,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             summaries.append({**summarise(objective, old, args.seeds), "reused_from": args.reuse})
             continue
         folder = run_the_search(objective, out, data, args.seeds[0], scale, args.search_timeout, args.backbone,
-                                args.search_trials)
+                                args.search_trials, **({"score": args.score} if args.score else {}))
         verdict = json.loads((folder / "search.json").read_text()).get("verdict")
         mine: list[dict[str, Any]] = []
         trained: dict[str, dict[str, Any]] = {}
