@@ -42,13 +42,37 @@ def test_reference_is_the_published_preset_with_widths_capped(objective, depth, 
 
 
 # ---------------------------------------------------------------------- the verdict's arithmetic
-def test_decide_matches_the_formula_by_hand() -> None:
+def test_decide_matches_the_paired_formula_by_hand() -> None:
     values = {"pick": {0: 0.70, 1: 0.64, 2: 0.66}, "published": {0: 0.60, 1: 0.61, 2: 0.57}}
-    m, noise, sigma = decide(values, study_seed=0)
-    assert m == pytest.approx(((0.64 - 0.61) + (0.66 - 0.57)) / 2)
-    ss = sum((x - 2.0 / 3.0) ** 2 for x in (0.70, 0.64, 0.66)) + sum((x - 1.78 / 3) ** 2 for x in (0.60, 0.61, 0.57))
-    assert sigma == pytest.approx(math.sqrt(ss / 4))
-    assert noise == pytest.approx(sigma * math.sqrt(2 / 2))
+    d = decide(values, study_seed=0)
+    diffs = [0.10, 0.03, 0.09]                         # per seed; the study's seed 0 enters σ_d only
+    assert d.margin == pytest.approx((0.03 + 0.09) / 2)
+    mu = sum(diffs) / 3
+    assert d.difference_spread == pytest.approx(math.sqrt(sum((x - mu) ** 2 for x in diffs) / 2))
+    assert d.noise == pytest.approx(d.difference_spread / math.sqrt(2))
+    assert d.knn_margin is None and d.pick == d.beyond_noise == (d.margin > NOISE_UNITS * d.noise)
+
+
+def test_a_seed_shift_shared_by_both_heads_is_not_noise() -> None:
+    """DINO's case (search_transfer22): both scores moved by ~0.02 between seeds, the difference
+    by 0.0005. The first model (one head's spread) called +0.0036 noise; the paired one does not."""
+    values = {"pick": {0: 0.7330, 1: 0.7529}, "published": {0: 0.7299, 1: 0.7493}}
+    d = decide(values, study_seed=0)
+    assert d.margin == pytest.approx(0.0036) and d.difference_spread == pytest.approx(0.0005 / math.sqrt(2))
+    assert d.pick
+    one_head = math.sqrt(((0.7330 - 0.7529) ** 2 + (0.7299 - 0.7493) ** 2) / 4)   # the pooled spread, 0.0139
+    assert d.margin < NOISE_UNITS * one_head * math.sqrt(2)                         # what the first model said
+
+
+def test_a_score_margin_with_a_worse_backbone_recommends_the_published_head() -> None:
+    values = {"pick": {0: 0.5965, 1: 0.5943}, "published": {0: 0.5336, 1: 0.5350}}   # VICReg, theory score
+    worse = {"pick": {0: 0.2615, 1: 0.2600}, "published": {0: 0.2595, 1: 0.2645}}
+    d = decide(values, 0, worse)
+    assert d.beyond_noise and d.knn_margin == pytest.approx(-0.0045) and not d.pick
+    better = {"pick": {0: 0.26, 1: 0.27}, "published": {0: 0.26, 1: 0.26}}
+    assert decide(values, 0, better).pick
+    missing = {"pick": {0: 0.26, 1: None}, "published": {0: 0.26, 1: 0.26}}   # no labels at a fresh seed
+    assert decide(values, 0, missing).knn_margin is None and decide(values, 0, missing).pick
 
 
 class _Trial:
@@ -57,14 +81,14 @@ class _Trial:
         self.user_attrs = {"head": head.to_dict(), "knn_backbone": 0.5, "score": value}
 
 
-def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1):
+def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1, knn: dict[str, float] | None = None):
     pick_head, ref_head = HeadSpec(in_dim=8, out_dim=8, depth=1), HeadSpec(in_dim=8, out_dim=8, depth=2, hidden_dim=8)
     calls = []
 
     def measure(spec: HeadSpec, seed: int, out: Path) -> dict[str, float]:
         calls.append((spec.depth, seed))
         label = "pick" if spec == pick_head else "published"
-        return {"value": fresh[label] + 0.001 * seed, "knn_backbone": 0.4}
+        return {"value": fresh[label] + 0.001 * seed, "knn_backbone": (knn or {}).get(label, 0.4)}
 
     v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), n_seeds, 0, tmp_path, measure, lambda s: None)
     return v, calls
@@ -74,11 +98,15 @@ def test_a_margin_beyond_the_noise_keeps_the_pick_and_within_it_recommends_the_p
     v, calls = _verdict(tmp_path / "a", {"pick": 0.79, "published": 0.70})
     assert calls == [(1, 1), (2, 1)]                       # both heads at the fresh seed 1
     assert v.recommended == "pick" and v.margin == pytest.approx(0.09)
+    assert v.difference_spread == pytest.approx(0.01 / math.sqrt(2))   # differences 0.10 (seed 0), 0.09 (seed 1)
     assert v.margin > NOISE_UNITS * v.noise and "beyond the noise" in v.reason
     # at the fresh seed the pick is no better: within the noise -> the published head
     v, _ = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
     assert v.recommended == "published" and v.margin == pytest.approx(0.01) and "within the noise" in v.reason
     assert v.margin <= NOISE_UNITS * v.noise
+    # beyond the noise in score, worse in backbone kNN at the fresh seed -> the published head, said why
+    v, _ = _verdict(tmp_path / "c", {"pick": 0.79, "published": 0.70}, knn={"pick": 0.38, "published": 0.40})
+    assert v.recommended == "published" and v.knn_margin == pytest.approx(-0.02) and "misleads" in v.reason
     # confirmation runs are stored and reused: a rerun trains nothing
     _, calls = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
     assert calls == []
@@ -117,8 +145,11 @@ def test_every_search_measures_the_published_head_unpruned_and_ends_with_a_verdi
     if v["pick"] != 0:  # the pick and the reference were re-trained at seed 1, and their margin is the formula's
         stored = {k: json.loads((out / "confirm" / f"{k}_s1" / "result.json").read_text()) for k in ("pick", "published")}
         assert v["margin"] == pytest.approx(stored["pick"]["value"] - stored["published"]["value"])
-        m, noise, _ = decide({k: {int(s): x for s, x in by.items()} for k, by in v["values"].items()}, 0)
-        assert (v["margin"], v["noise"]) == (pytest.approx(m), pytest.approx(noise))
+        d = decide({k: {int(s): x for s, x in by.items()} for k, by in v["values"].items()}, 0,
+                   {k: {int(s): x for s, x in by.items()} for k, by in v["knn"].items()})
+        assert (v["margin"], v["noise"], v["knn_margin"]) == (pytest.approx(d.margin), pytest.approx(d.noise),
+                                                              pytest.approx(d.knn_margin))
+        assert v["recommended"] == ("pick" if d.pick else "published")
     assert "verdict: " in res.table and "published head (trial 0)" in res.table
     # a rerun resumes: no second reference trial
     run_search(SearchConfig(out=str(out), trials=5, min_steps=2, max_steps=6, **TINY))
