@@ -44,18 +44,18 @@ def test_reference_is_the_published_preset_with_widths_capped(objective, depth, 
 # ---------------------------------------------------------------------- the verdict's arithmetic
 def test_decide_matches_the_paired_formula_by_hand() -> None:
     values = {"pick": {0: 0.70, 1: 0.64, 2: 0.66}, "published": {0: 0.60, 1: 0.61, 2: 0.57}}
-    d = decide(values, study_seed=0)
+    d = decide(values, study_seed=0)                   # no labels: the score is the measure
     diffs = [0.10, 0.03, 0.09]                         # per seed; the study's seed 0 enters σ_d only
-    assert d.margin == pytest.approx((0.03 + 0.09) / 2)
+    assert d.measure == "score" and d.margin == d.score_margin == pytest.approx((0.03 + 0.09) / 2)
     mu = sum(diffs) / 3
     assert d.difference_spread == pytest.approx(math.sqrt(sum((x - mu) ** 2 for x in diffs) / 2))
     assert d.noise == pytest.approx(d.difference_spread / math.sqrt(2))
-    assert d.knn_margin is None and d.pick == d.beyond_noise == (d.margin > NOISE_UNITS * d.noise)
+    assert d.knn_margin is None and d.pick == (d.margin > NOISE_UNITS * d.noise)
 
 
 def test_a_seed_shift_shared_by_both_heads_is_not_noise() -> None:
-    """DINO's case (search_transfer22): both scores moved by ~0.02 between seeds, the difference
-    by 0.0005. The first model (one head's spread) called +0.0036 noise; the paired one does not."""
+    """DINO's scores (search_transfer22): both heads moved by ~0.02 between seeds 0 and 1, the
+    difference by 0.0005. The first model (one head's spread) called +0.0036 noise; paired, it is not."""
     values = {"pick": {0: 0.7330, 1: 0.7529}, "published": {0: 0.7299, 1: 0.7493}}
     d = decide(values, study_seed=0)
     assert d.margin == pytest.approx(0.0036) and d.difference_spread == pytest.approx(0.0005 / math.sqrt(2))
@@ -64,15 +64,20 @@ def test_a_seed_shift_shared_by_both_heads_is_not_noise() -> None:
     assert d.margin < NOISE_UNITS * one_head * math.sqrt(2)                         # what the first model said
 
 
-def test_a_score_margin_with_a_worse_backbone_recommends_the_published_head() -> None:
-    values = {"pick": {0: 0.5965, 1: 0.5943}, "published": {0: 0.5336, 1: 0.5350}}   # VICReg, theory score
-    worse = {"pick": {0: 0.2615, 1: 0.2600}, "published": {0: 0.2595, 1: 0.2645}}
-    d = decide(values, 0, worse)
-    assert d.beyond_noise and d.knn_margin == pytest.approx(-0.0045) and not d.pick
-    better = {"pick": {0: 0.26, 1: 0.27}, "published": {0: 0.26, 1: 0.26}}
-    assert decide(values, 0, better).pick
-    missing = {"pick": {0: 0.26, 1: None}, "published": {0: 0.26, 1: 0.26}}   # no labels at a fresh seed
-    assert decide(values, 0, missing).knn_margin is None and decide(values, 0, missing).pick
+def test_with_labels_the_backbone_knn_decides_not_the_score() -> None:
+    """VICReg under --score theory (verdict_seeds_cpu.json): the score prefers the pick at every
+    seed, the backbone kNN the published head; the 20-epoch linear probe agrees with kNN (-2 points)."""
+    values = {"pick": {0: 0.5965, 1: 0.5943, 2: 0.5874, 3: 0.5905},
+              "published": {0: 0.5336, 1: 0.5350, 2: 0.5162, 3: 0.5245}}
+    knn = {"pick": {0: 0.2615, 1: 0.2600, 2: 0.2530, 3: 0.2505}, "published": {0: 0.2595, 1: 0.2645, 2: 0.2780, 3: 0.2720}}
+    assert decide(values, 0).pick                                   # the score alone would keep the pick
+    d = decide(values, 0, knn)
+    assert d.measure == "kNN" and not d.pick
+    assert d.margin == d.knn_margin == pytest.approx((-0.0045 - 0.025 - 0.0215) / 3)
+    assert d.score_margin == pytest.approx((0.0593 + 0.0712 + 0.0660) / 3, abs=1e-4)
+    # a seed without kNN (no labels there): the score decides
+    missing = {"pick": {**knn["pick"], 2: None}, "published": knn["published"]}
+    assert decide(values, 0, missing).measure == "score" and decide(values, 0, missing).knn_margin is None
 
 
 class _Trial:
@@ -88,7 +93,7 @@ def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1, knn: dic
     def measure(spec: HeadSpec, seed: int, out: Path) -> dict[str, float]:
         calls.append((spec.depth, seed))
         label = "pick" if spec == pick_head else "published"
-        return {"value": fresh[label] + 0.001 * seed, "knn_backbone": (knn or {}).get(label, 0.4)}
+        return {"value": fresh[label] + 0.001 * seed, "knn_backbone": (knn or {}).get(label)}
 
     v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), n_seeds, 0, tmp_path, measure, lambda s: None)
     return v, calls
@@ -104,9 +109,10 @@ def test_a_margin_beyond_the_noise_keeps_the_pick_and_within_it_recommends_the_p
     v, _ = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
     assert v.recommended == "published" and v.margin == pytest.approx(0.01) and "within the noise" in v.reason
     assert v.margin <= NOISE_UNITS * v.noise
-    # beyond the noise in score, worse in backbone kNN at the fresh seed -> the published head, said why
+    # with labels the backbone kNN decides: beyond the noise in score, worse in kNN -> the published head
     v, _ = _verdict(tmp_path / "c", {"pick": 0.79, "published": 0.70}, knn={"pick": 0.38, "published": 0.40})
-    assert v.recommended == "published" and v.knn_margin == pytest.approx(-0.02) and "misleads" in v.reason
+    assert v.recommended == "published" and v.measure == "kNN" and v.margin == v.knn_margin == pytest.approx(-0.02)
+    assert v.score_margin == pytest.approx(0.09) and "points of backbone kNN" in v.reason
     # confirmation runs are stored and reused: a rerun trains nothing
     _, calls = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
     assert calls == []
@@ -144,11 +150,12 @@ def test_every_search_measures_the_published_head_unpruned_and_ends_with_a_verdi
     assert best == (ref_spec if v["recommended"] == "published" else pick)
     if v["pick"] != 0:  # the pick and the reference were re-trained at seed 1, and their margin is the formula's
         stored = {k: json.loads((out / "confirm" / f"{k}_s1" / "result.json").read_text()) for k in ("pick", "published")}
-        assert v["margin"] == pytest.approx(stored["pick"]["value"] - stored["published"]["value"])
+        key = "knn_backbone" if v["measure"] == "kNN" else "value"    # shapes has labels: kNN decides
+        assert v["measure"] == "kNN" and v["margin"] == pytest.approx(stored["pick"][key] - stored["published"][key])
+        assert v["score_margin"] == pytest.approx(stored["pick"]["value"] - stored["published"]["value"])
         d = decide({k: {int(s): x for s, x in by.items()} for k, by in v["values"].items()}, 0,
                    {k: {int(s): x for s, x in by.items()} for k, by in v["knn"].items()})
-        assert (v["margin"], v["noise"], v["knn_margin"]) == (pytest.approx(d.margin), pytest.approx(d.noise),
-                                                              pytest.approx(d.knn_margin))
+        assert (v["measure"], v["margin"], v["noise"]) == (d.measure, pytest.approx(d.margin), pytest.approx(d.noise))
         assert v["recommended"] == ("pick" if d.pick else "published")
     assert "verdict: " in res.table and "published head (trial 0)" in res.table
     # a rerun resumes: no second reference trial
