@@ -187,8 +187,6 @@ def _verdict_lines(summary: dict[str, Any], out: Path) -> str:
         return lines + (f"\nverdict: not measured; {out / 'best_head.json'} holds the pick" if summary.get("best") else "")
     which = {"pick": "the pick", "published": "the published head", "pick_unchecked": "the pick (unchecked)"}
     lines += f"\nverdict: {v['reason']} -> {out / 'best_head.json'} holds {which[v['recommended']]}"
-    if v.get("measure") == "kNN" and v.get("score_margin") is not None:
-        lines += f" (the score's margin at the fresh seeds: {v['score_margin']:+.4f})"
     return lines
 
 

@@ -4,28 +4,32 @@ Every trial trains under the study's seed, and the pick is the best of many head
 so its margin there is biased upwards (the winner's curse). The verdict therefore re-trains the
 pick and the reference (:mod:`geohead.search.reference`) at ``confirm_seeds`` fresh seeds (the
 study's seed + 1, + 2, ...; ``max_steps`` each, no pruning) and compares them there. Both heads
-train at a seed on the same backbone initialisation, data order and views, so the comparison is
-paired. The measure x is the backbone's kNN accuracy where the search has labels (measured at
-every seed: the backbone is what the user keeps), otherwise the trial's value (the label-free
-score):
+train at a seed from the same backbone initialisation, data order and views, so the comparison
+is paired. For a measure x (the trial's value, i.e. the label-free score; and, where the search
+has labels, the backbone's kNN accuracy):
 
 * the difference at seed s: d_s = x(pick, s) - x(reference, s);
 * margin m = the mean of d_s over the fresh seeds;
 * σ_d = the spread (sample standard deviation) of d_s over every seed measured, the study's
-  included (for the score its upward bias makes σ_d larger and the verdict more cautious);
-* the noise of m: σ_d / sqrt(n) for n fresh seeds.
+  included (its upward bias makes σ_d larger and the verdict more cautious);
+* the noise of m: σ_d / sqrt(n) for n fresh seeds; m is *beyond the noise* when m > 2·noise.
 
-The pick is recommended when m > 2·noise; otherwise the published head is, with the reason.
-When the pick *is* the published head, nothing is re-trained. Confirmation runs are kept in
-``OUT/confirm/<label>_s<seed>/result.json``, so a rerun of the search reuses them, and a rerun
-with a larger ``confirm_seeds`` trains only the new seeds.
+The pick is recommended when its kNN margin is beyond the noise, or when its score margin is
+and its kNN margin is not negative (without labels: when its score margin is beyond the noise).
+The backbone is what the user keeps, so its kNN decides where it is measured, and it vetoes a
+score that prefers the pick while the backbone it trains is worse; a short search's kNN is
+noisy, so a clear score margin counts where kNN does not contradict it. Otherwise the published
+head is recommended, with the reason. When the pick *is* the published head, nothing is
+re-trained. Confirmation runs are kept in ``OUT/confirm/<label>_s<seed>/result.json``, so a rerun
+of the search reuses them, and a rerun with a larger ``confirm_seeds`` trains only the new seeds.
 
-Why paired, and why kNN where it exists (benchmarks/verdict_seeds.py; docs/search.md, "The
-verdict's noise, measured"): the seed moves both heads together (DINO on CIFAR-10: the published
-head's score moved by 0.019 between seeds 0 and 1, the difference by 0.0005), so the spread of one
-head, the first noise model, hid margins; and a score can prefer the pick at every seed while the
-backbone it trains is worse (VICReg under ``--score theory``: score +0.06 at four seeds, kNN
--0.5 to -2.5 points, 20-epoch linear probe -2 points).
+Measured on six CIFAR-10 searches with 20-epoch truths (benchmarks/verdict_seeds.py; docs/search.md,
+"The verdict's noise, measured"): the seed moves both heads together (DINO: the published head's
+score moved by 0.019 between seeds 0 and 1, the difference by 0.0005), so the first model's noise
+(one head's spread) hid margins; VICReg's theory score preferred a head at every seed whose
+backbone was worse (kNN -0.5 to -2.5 points, -2 points at 20 epochs); and with one fresh seed the
+kNN margin alone missed DINO's better pick (+2.8 points at 20 epochs). This rule was chosen on
+those searches.
 """
 from __future__ import annotations
 
@@ -37,8 +41,59 @@ from typing import Any, Callable
 
 from geohead.heads import HeadSpec
 
-#: The margin must exceed this many noise units for the pick to be recommended.
+#: A margin must exceed this many noise units to count.
 NOISE_UNITS = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Margin:
+    """One measure's paired margin (see the module docstring): m, its noise σ_d/sqrt(n), and σ_d."""
+
+    margin: float
+    noise: float
+    spread: float
+
+    @property
+    def beyond_noise(self) -> bool:
+        return self.margin > NOISE_UNITS * self.noise
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """The verdict's arithmetic: the score's and (with labels) the kNN's margins, whether the
+    pick is recommended, and on what ``basis``: ``kNN`` or ``score`` (the pick), ``kNN lower``
+    (the score's margin is beyond the noise, the kNN margin negative) or ``noise`` (neither
+    margin beyond the noise)."""
+
+    score: Margin
+    knn: Margin | None
+    pick: bool
+    basis: str
+
+
+def decide(values: dict[str, dict[int, float]], study_seed: int,
+           knn: dict[str, dict[int, float | None]] | None = None) -> Decision:
+    """The decision from ``values`` and ``knn`` (label ``pick``/``published`` -> {seed: x}); kNN
+    counts when it is known for both heads at every seed of ``values``."""
+    seeds = sorted(s for s in values["pick"] if s in values["published"])
+    fresh = [s for s in seeds if s != study_seed]
+    score = _paired(values, seeds, fresh)
+    has_knn = knn is not None and all(knn.get(k, {}).get(s) is not None for k in ("pick", "published") for s in seeds)
+    k = _paired(knn, seeds, fresh) if has_knn else None
+    if k is not None and k.beyond_noise:
+        return Decision(score, k, True, "kNN")
+    if score.beyond_noise:
+        return Decision(score, k, True, "score") if k is None or k.margin >= 0 else Decision(score, k, False, "kNN lower")
+    return Decision(score, k, False, "noise")
+
+
+def _paired(x: Any, seeds: list[int], fresh: list[int]) -> Margin:
+    """The Margin of the per-seed differences x["pick"][s] - x["published"][s]."""
+    diff = {s: x["pick"][s] - x["published"][s] for s in seeds}
+    m = sum(diff[s] for s in fresh) / len(fresh)
+    mu = sum(diff.values()) / len(diff)
+    sigma = math.sqrt(sum((d - mu) ** 2 for d in diff.values()) / (len(diff) - 1)) if len(diff) > 1 else 0.0
+    return Margin(m, sigma / math.sqrt(len(fresh)), sigma)
 
 
 @dataclasses.dataclass
@@ -50,12 +105,9 @@ class Verdict:
             reference measured, or ``confirm_seeds`` = 0).
         reason: one sentence a user reads.
         pick, reference: trial numbers (None when absent).
-        values: label -> {seed: value}; knn: label -> {seed: backbone kNN} where labels exist.
-        measure: ``kNN`` or ``score``: what m compares (see the module docstring).
-        margin, noise, difference_spread: m, the noise of m and σ_d (see the module docstring);
-            None when unmeasured.
-        score_margin, knn_margin: the mean difference in value and in backbone kNN accuracy at the
-            fresh seeds (``knn_margin`` None without labels).
+        values: label -> {seed: value}; knn: label -> {seed: backbone kNN} (None without labels).
+        basis: :attr:`Decision.basis`; None when nothing was compared.
+        score_margin, knn_margin: the two measures' :class:`Margin` (None when unmeasured).
     """
 
     recommended: str
@@ -63,55 +115,16 @@ class Verdict:
     pick: int | None
     reference: int | None
     values: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
-    knn: dict[str, dict[int, float]] = dataclasses.field(default_factory=dict)
-    measure: str | None = None
-    margin: float | None = None
-    noise: float | None = None
-    difference_spread: float | None = None
-    score_margin: float | None = None
-    knn_margin: float | None = None
+    knn: dict[str, dict[int, float | None]] = dataclasses.field(default_factory=dict)
+    basis: str | None = None
+    score_margin: Margin | None = None
+    knn_margin: Margin | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["values"] = {k: {str(s): v for s, v in by.items()} for k, by in self.values.items()}
         d["knn"] = {k: {str(s): v for s, v in by.items()} for k, by in self.knn.items()}
         return d
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    """The verdict's arithmetic (see the module docstring): the measure, m, its noise, σ_d, the
-    score's and kNN's margins at the fresh seeds, and whether the pick is recommended."""
-
-    measure: str
-    margin: float
-    noise: float
-    difference_spread: float
-    score_margin: float
-    knn_margin: float | None
-    pick: bool
-
-
-def decide(values: dict[str, dict[int, float]], study_seed: int,
-           knn: dict[str, dict[int, float | None]] | None = None) -> Decision:
-    """The decision from ``values`` and ``knn`` (label ``pick``/``published`` -> {seed: x});
-    kNN is the measure when it is known for both heads at every seed of ``values``."""
-    seeds = sorted(s for s in values["pick"] if s in values["published"])
-    fresh = [s for s in seeds if s != study_seed]
-    has_knn = knn is not None and all(knn.get(k, {}).get(s) is not None for k in ("pick", "published") for s in seeds)
-    score_m = _paired(values, seeds, fresh)[0]
-    knn_m = _paired(knn, seeds, fresh)[0] if has_knn else None
-    m, noise, sigma = _paired(knn if has_knn else values, seeds, fresh)
-    return Decision("kNN" if has_knn else "score", m, noise, sigma, score_m, knn_m, m > NOISE_UNITS * noise)
-
-
-def _paired(x: Any, seeds: list[int], fresh: list[int]) -> tuple[float, float, float]:
-    """(m, noise, σ_d) of the per-seed differences x["pick"][s] - x["published"][s]."""
-    diff = {s: x["pick"][s] - x["published"][s] for s in seeds}
-    m = sum(diff[s] for s in fresh) / len(fresh)
-    mu = sum(diff.values()) / len(diff)
-    sigma = math.sqrt(sum((d - mu) ** 2 for d in diff.values()) / (len(diff) - 1)) if len(diff) > 1 else 0.0
-    return m, sigma / math.sqrt(len(fresh)), sigma
 
 
 def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: Path,
@@ -139,24 +152,28 @@ def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: P
             rec = _confirmed(spec, seed, out / f"{label}_s{seed}", measure, echo, label)
             values[label][seed], knn[label][seed] = rec["value"], rec.get("knn_backbone")
     d = decide(values, study_seed, knn)
-    return Verdict("pick" if d.pick else "published", _reason(d, len(values["pick"]) - 1), number, reference.number,
-                   values, knn, d.measure, d.margin, d.noise, d.difference_spread, d.score_margin, d.knn_margin)
+    return Verdict("pick" if d.pick else "published", _reason(d, n_seeds), number, reference.number, values, knn,
+                   d.basis, d.score, d.knn)
 
 
 def _reason(d: Decision, n_fresh: int) -> str:
-    """The sentence a user reads: the margin in the measure's units, against its noise."""
+    """The sentence a user reads: the margins against their noise, and what decided."""
     seeds = f"{n_fresh} fresh seed{'s' if n_fresh > 1 else ''}"
-    if d.measure == "kNN":
-        margin = f"{100 * d.margin:+.2f} points of backbone kNN"
-        noise = f"{NOISE_UNITS:g} x {100 * d.noise:.2f}; spread of the per-seed difference {100 * d.difference_spread:.2f}"
-    else:
-        margin = f"{d.margin:+.4f} in score"
-        noise = f"{NOISE_UNITS:g} x {d.noise:.4f}; spread of the per-seed difference {d.difference_spread:.4f}"
-    if d.pick:
-        return f"the pick beats the published head by {margin} at {seeds}, beyond the noise ({noise})"
-    more = "; --confirm-seeds 3 measures it more closely" if n_fresh < 3 and d.margin > 0 else ""
-    return (f"the pick's margin over the published head at {seeds} ({margin}) is within the noise ({noise}): "
-            f"use the published head{more}")
+    score = f"score {d.score.margin:+.4f} (noise {NOISE_UNITS:g} x {d.score.noise:.4f})"
+    knn = "" if d.knn is None else (f"backbone kNN {100 * d.knn.margin:+.2f} points "
+                                    f"(noise {NOISE_UNITS:g} x {100 * d.knn.noise:.2f})")
+    both = f"{knn}; {score}" if knn else score
+    if d.basis == "kNN":
+        return f"the pick's backbone beats the published head's at {seeds}, beyond the noise: {both}"
+    if d.basis == "score":
+        also = f", and its backbone kNN is not lower: {knn}" if knn else ""
+        return f"the pick beats the published head at {seeds} beyond the noise: {score}{also}"
+    if d.basis == "kNN lower":
+        return (f"the pick's score beats the published head at {seeds} beyond the noise, but the backbone it trains "
+                f"is worse there: {both}; the score misleads on this run: use the published head")
+    ahead = d.score.margin > 0 or (d.knn is not None and d.knn.margin > 0)
+    more = "; --confirm-seeds 3 measures it more closely" if n_fresh < 3 and ahead else ""
+    return f"the pick's margins over the published head at {seeds} are within the noise: {both}: use the published head{more}"
 
 
 def _value(trial: Any) -> float:
@@ -180,4 +197,4 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[[HeadS
     return rec
 
 
-__all__ = ["NOISE_UNITS", "Decision", "Verdict", "decide", "run_verdict"]
+__all__ = ["NOISE_UNITS", "Decision", "Margin", "Verdict", "decide", "run_verdict"]
