@@ -388,7 +388,7 @@ def part_search(sizes: Sizes, device: torch.device, out: Path, data_dir: Path, t
             **{k: getattr(cfg, k) for k in ("steps", "min_steps", "max_steps") if hasattr(cfg, k)},
             "timeout_s": timeout, "wall_s": round(wall, 1), "trials": s["trials"], "spearman": s["spearman"],
             "trial_seconds": s.get("trial_seconds"), "best": {k: best.get(k) for k in ("number", "score", "knn_backbone", "head_desc", "head")},
-            "verdict": {k: (s.get("verdict") or {}).get(k) for k in ("recommended", "reason", "margin", "noise")},
+            "verdict": {k: (s.get("verdict") or {}).get(k) for k in ("recommended", "reason", "basis", "score_margin", "knn_margin")},
             "out": str(out / "search"),
             "_ok": s["trials"]["failed"] == 0 and s["trials"]["complete"] + s["trials"]["pruned"] > 0,
             "_error": None if s["trials"]["failed"] == 0 else f"{s['trials']['failed']} trial(s) failed (see trials.csv)"}
