@@ -47,9 +47,9 @@ SCORE_WEIGHTS: dict[str, float] = {"rankme": 1.0, "uniformity": 0.0, "invariance
 #: Spearman ρ with the backbone's kNN accuracy over each search's re-trained top 6, +0.88) and
 #: checked on SimSiam, VICReg and DINO: mean ρ +0.45 against RankMe alone's +0.05; with each
 #: objective held out once it beats RankMe on 5 of 6. Those heads were RankMe's top 6; searches
-#: scored this way (benchmarks/results/search_transfer22t_cpu.json) picked a head +5.0 linear-probe
-#: points over the published one on SimSiam, but on VICReg its verdict kept a head 2 points worse
-#: that RankMe's verdict caught, so it is an option and not the default.
+#: scored this way (benchmarks/results/search_transfer22t_cpu.json, search_transfer22u_cpu.json)
+#: picked heads +5.0 (SimSiam) and +2.45 (BYOL) linear-probe points over the published one; on
+#: VICReg it picked RankMe's head (-2.0), which the verdict drops on its backbone kNN.
 THEORY_WEIGHTS: dict[str, float] = {"rankme": 1.0, "conditioning": 1.0, "low_compression": 1.0, "fisher_erank": 1.0}
 #: The label-free scores by name (``SearchConfig.score``; ``knn`` is not label-free).
 LABEL_FREE_SCORES: dict[str, dict[str, float]] = {"geometry": SCORE_WEIGHTS, "theory": THEORY_WEIGHTS}
