@@ -80,13 +80,28 @@ def test_predictor_is_the_methods_whatever_the_head(objective: str) -> None:
 
 
 def test_search_score_choices_and_multi() -> None:
-    """--score takes geometry, theory or knn; --multi optimises the criteria themselves, so it
-    refuses any score but the default, naming the one given."""
+    """--score takes theory (the default), geometry or knn; --multi optimises the label-free
+    criteria and picks by a label-free score, so it refuses knn."""
     from geohead.search import SearchConfig, SearchError
 
+    assert SearchConfig().score == "theory"
     for score in ("geometry", "theory", "knn"):
         SearchConfig(score=score).validate()
     with pytest.raises(SearchError, match=r"unknown score 'rank'.*'theory'"):
         SearchConfig(score="rank").validate()
-    with pytest.raises(SearchError, match="drop --score theory or --multi"):
-        SearchConfig(score="theory", multi=True).validate()
+    for score in ("theory", "geometry"):
+        SearchConfig(score=score, multi=True).validate()
+    with pytest.raises(SearchError, match="drop --score knn or --multi"):
+        SearchConfig(score="knn", multi=True).validate()
+
+
+def test_the_cli_default_score_is_the_library_default() -> None:
+    """`geohead search` without --score and SearchConfig() score the same way (DEFAULT_SCORE)."""
+    from geohead.commands.search import search
+    from geohead.search import SearchConfig
+    from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES
+
+    option = next(p for p in search.params if p.name == "score")
+    assert option.default == SearchConfig().score == DEFAULT_SCORE == "theory"
+    assert LABEL_FREE_SCORES[DEFAULT_SCORE] == {"rankme": 1.0, "conditioning": 1.0, "low_compression": 1.0,
+                                                "fisher_erank": 1.0}

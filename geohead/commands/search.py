@@ -59,8 +59,8 @@ def _workers(value: str) -> int | str:
 @click.option("--out", default=None, help="Output folder (default: runs/search_<objective>).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Common seed of every trial (backbone init, batches, views).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
-@click.option("--score", type=click.Choice(["geometry", "theory", "knn"]), default="geometry", show_default=True,
-              help="What Optuna maximises: the label-free score (geometry: RankMe; theory: RankMe + H_eff conditioning + low orbit compression + tangent-Fisher effective rank, docs/search.md), or kNN accuracy (needs labels).")
+@click.option("--score", type=click.Choice(["theory", "geometry", "knn"]), default="theory", show_default=True,
+              help="What Optuna maximises: a label-free score (theory: RankMe + H_eff conditioning + low orbit compression + tangent-Fisher effective rank; geometry: RankMe alone, the default until 2026-12-04; docs/search.md), or kNN accuracy (needs labels).")
 @click.option("--multi", is_flag=True, help="NSGA-II over the label-free criteria of the score (no pruning).")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "nsga2"]), default=None, help="Optuna sampler (default: tpe; nsga2 with --multi).")
 @click.option("--fix", multiple=True, metavar="KEY=VALUE", help="Fix a head dimension, e.g. --fix activation=silu.")

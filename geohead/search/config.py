@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from geohead.search.criteria import DEFAULT_FAMILIES
+from geohead.search.score import DEFAULT_SCORE
 from geohead.search.space import DIMENSIONS, parse_constraints
 
 SCORES = ("geometry", "theory", "knn")
@@ -69,10 +70,11 @@ class SearchConfig:
             (:func:`~geohead.search.config.auto_workers`: one per GPU, on CPU min(4, cores)).
         storage, study: Optuna storage (see :mod:`geohead.search.storage`) and study name.
         seed, device: the common seed of every trial; ``auto``/``cpu``/``cuda``.
-        score: ``geometry`` (label-free: RankMe, default), ``theory`` (label-free: RankMe + H_eff
-            conditioning + low compression + tangent-Fisher effective rank, see
-            :data:`~geohead.search.score.THEORY_WEIGHTS`) or ``knn``; multi: NSGA-II over the normalised
-            criteria of ``SCORE_CRITERIA``; sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
+        score: ``theory`` (label-free, the default: RankMe + H_eff conditioning + low compression +
+            tangent-Fisher effective rank, see :data:`~geohead.search.score.THEORY_WEIGHTS`),
+            ``geometry`` (label-free: RankMe alone, the default until 2026-12-04) or ``knn``; multi:
+            NSGA-II over the normalised criteria of ``SCORE_CRITERIA``, the pick by ``score``;
+            sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
         probe_train, probe_test, orbit_images, families, screen_batch: sizes of the measurements.
         prune: the screen's escape constraint (where Thm 4.1's premise holds: see
@@ -110,7 +112,7 @@ class SearchConfig:
     study: str | None = None
     seed: int = 0
     device: str = "auto"
-    score: str = "geometry"
+    score: str = DEFAULT_SCORE
     multi: bool = False
     sampler: str | None = None
     fix: tuple[str, ...] = ()
@@ -201,8 +203,9 @@ class SearchConfig:
             raise SearchError(f"unknown objective {self.objective!r}; choose one of {sorted(OBJECTIVES)}")
         if self.score not in SCORES:
             raise SearchError(f"unknown score {self.score!r}; choose one of {list(SCORES)}")
-        if self.multi and self.score != "geometry":
-            raise SearchError(f"--multi optimises the label-free criteria themselves; drop --score {self.score} or --multi")
+        if self.multi and self.score == "knn":
+            raise SearchError("--multi optimises the label-free criteria and picks by a label-free score; "
+                              "drop --score knn or --multi")
         if self.sampler is not None and self.sampler not in SAMPLERS:
             raise SearchError(f"unknown sampler {self.sampler!r}; choose one of {list(SAMPLERS)}")
         if self.device.split(":")[0] not in ("auto", "cpu", "cuda"):

@@ -42,7 +42,7 @@ from geohead.heads import HeadSpec
 from geohead.search.config import SearchConfig
 from geohead.search.criteria import TrialDiverged, screen, trained_criteria
 from geohead.search.escape import screen_verdict
-from geohead.search.score import LABEL_FREE_SCORES, SCORE_CRITERIA, geometric_score, score_components
+from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES, SCORE_CRITERIA, geometric_score, score_components
 from geohead.search.inputs import TrialInputs
 from geohead.search.reference import in_space, is_reference, published_spec
 from geohead.search.study import head_key, measured_heads, unmeasured_params
@@ -283,7 +283,7 @@ class TrialRunner:
             predictor=model.predictor if objective.needs_predictor else None,
             teacher_head=teacher.head if teacher is not None else None, device=self.inputs.device)
         comps = score_components(crit)
-        crit["score"] = geometric_score(crit, LABEL_FREE_SCORES.get(self.cfg.score))  # knn: the default's, recorded
+        crit["score"] = geometric_score(crit, LABEL_FREE_SCORES.get(self.cfg.score, LABEL_FREE_SCORES[DEFAULT_SCORE]))
         return crit, comps
 
 
