@@ -149,8 +149,8 @@ def report_case(label: str, folder: Path, truth_path: Path | None) -> dict[str, 
                            "score": summary["settings"]["score"], "values": m["value"], "knn": m["knn"],
                            "truth_linear_points": truth(truth_path).get(summary["objective"])}
     row["first_seed"] = decisions(m["value"], m["knn"], study_seed, seeds[:1])
-    row["all_seeds"] = decisions(m["value"], m["knn"], study_seed, seeds)
-    if len(seeds) > 1:
+    if len(seeds) > 1:  # with one fresh seed "all" is the first: decided (and counted) once
+        row["all_seeds"] = decisions(m["value"], m["knn"], study_seed, seeds)
         row["later_seeds"] = decisions(m["value"], m["knn"], study_seed, seeds[1:])
     return row
 
