@@ -22,10 +22,12 @@ For each finished search folder (``LABEL=FOLDER``) this benchmark
    * ``verdict``: what :func:`geohead.search.verdict.decide` does now (the kNN margin beyond the
      noise, or the score's beyond it and the kNN's not negative; the table shows the kNN margin);
 4. compares each decision with the truth: the 20-epoch linear-probe difference, found minus
-   published, mean of seeds 0 and 1, from the ``search_transfer`` results (``--truth``).
+   published, mean of seeds 0 and 1, from the ``search_transfer`` results named in the case
+   (``LABEL=FOLDER=RESULTS_JSON``).
 
 Run: ``python benchmarks/verdict_seeds.py --confirm-seeds 3 --case dino=runs/search_transfer22b/dino/search ...``
-(measured: docs/search.md, "The verdict"; results: benchmarks/results/verdict_seeds_cpu.json).
+(measured: docs/search.md, "The verdict's noise, measured"; results:
+benchmarks/results/verdict_seeds_cpu.json).
 ``--report-only`` re-reads the stored confirmation runs without training.
 """
 from __future__ import annotations
@@ -36,10 +38,6 @@ import math
 import sys
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parents[1]
-NOISE_UNITS = 2.0
-
 
 def rerun_verdict(folder: Path, confirm_seeds: int) -> None:
     """The search in ``folder`` resumed with ``confirm_seeds``: no new trial (its target is
@@ -92,7 +90,7 @@ MODELS = ("pooled", "paired_score", "paired_knn", "verdict")
 def decisions(values: dict[str, dict[int, float]], knn: dict[str, dict[int, float]], study_seed: int,
               fresh: list[int]) -> dict[str, Any]:
     """Each model's decision with the fresh seeds ``fresh`` (and the study's seed for σ)."""
-    from geohead.search.verdict import decide
+    from geohead.search.verdict import NOISE_UNITS, decide
 
     sub = {k: {s: by[s] for s in [study_seed, *fresh]} for k, by in values.items()}
     sub_knn = {k: {s: by.get(s) for s in [study_seed, *fresh]} for k, by in knn.items()}
