@@ -10,8 +10,8 @@ For each objective, on CIFAR-10 (../shared/data: the 10k training images -> the 
    * ``published``: the method's preset with ReLU (the paper's head), with every ``--seeds``;
    * ``preset_silu``: the same preset with SiLU;
    * ``best_deep``: the best-scored completed head of depth >= 2;
-   * ``top_i``: the search's top ``--top-k`` distinct heads (completed trials by score, then
-     pruned ones by the rung they reached and their score there);
+   * ``top_i``: the search's top ``--top-k`` distinct heads (in its ``rank``: the score at the
+     highest rung they share);
    the preset's widths are the shapes recipe's (narrowed for the CPU) at scales smoke/cpu and the
    paper's at scale full (``--published-widths``);
 3. backbone kNN (k=20, T=0.07) and linear-probe accuracy of each run on the test file, wall time;
@@ -99,16 +99,19 @@ def run_the_search(objective: str, out: Path, data: dict[str, str], seed: int, s
 
 
 def candidates(folder: Path, top_k: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The search's ranking of distinct trained heads (completed by score, then pruned by rung
-    and score), the first ``top_k`` of it, and the best completed head of depth >= 2."""
-    from geohead.search.results import read_trials_csv
+    """The search's ranking of distinct trained heads (its ``rank``: the score at the highest rung
+    they share, :func:`geohead.search.results.add_ranks`), the first ``top_k`` of it, and the best
+    completed head of depth >= 2."""
+    from geohead.search.results import add_ranks, read_trials_csv
 
-    rows = [r for r in read_trials_csv(folder / "trials.csv")
-            if r.get("duplicate_of") is None and r.get("score") is not None and r["state"] in ("COMPLETE", "PRUNED")]
+    rows = read_trials_csv(folder / "trials.csv")
+    rung_path = folder / "rungs.csv"
+    add_ranks(rows, read_trials_csv(rung_path) if rung_path.is_file() else [])
+    rows = [r for r in rows if r.get("rank") is not None]
     rungs = _first_rung_scores(folder)
     for r in rows:
         r["rung_score"] = rungs.get(r["number"])
-    ranked = sorted(rows, key=lambda r: (r["state"] != "COMPLETE", -(r.get("steps_trained") or 0), -r["score"]))
+    ranked = sorted(rows, key=lambda r: r["rank"])
     for i, r in enumerate(ranked):
         r["search_rank"] = i + 1
     deep = next((r for r in ranked if r["state"] == "COMPLETE" and int(r["depth"]) >= 2), None)

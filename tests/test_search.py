@@ -68,6 +68,15 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     assert summary["plots"] == ["criteria_vs_knn.png", "pareto_front.png", "param_importances.png"]
     assert summary["spearman"]["n"] == len(done) and set(summary["trials"]) >= {"complete", "pruned", "failed"}
     assert "Spearman" in res.table and "top heads" in res.table
+    # every scored head has a rank: the score at the highest rung it shares with the others
+    from geohead.search.results import rank_heads
+
+    rungs = read_trials_csv(out / "rungs.csv")
+    scores = {r["number"]: {g["step"]: g["score"] for g in rungs if g["number"] == r["number"]} for r in rows}
+    for r in done:
+        scores[r["number"]][r["steps_trained"]] = r["score"]
+    assert [r["rank"] for r in sorted(rows, key=lambda r: r["rank"])] == list(range(1, len(rows) + 1))
+    assert [r["number"] for r in sorted(rows, key=lambda r: r["rank"])] == rank_heads(scores)
     # Barlow Twins: Thm 4.1's premise fails, the escape criterion is off and the output says why
     assert summary["escape_criterion"]["on"] is False and "premise fails for barlow" in summary["escape_criterion"]["reason"]
     assert "escape criterion OFF: Thm 4.1's premise fails for barlow: its Hessian is indefinite" in res.table

@@ -42,6 +42,10 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
     from geohead.training.loop import TrainingDiverged, train as run_training
 
     click.echo(f"geohead train: {cfg.objective} on {cfg.data.name} -> {cfg.out_dir}", err=True)
+    if head_file:
+        note = _rescale_note(cfg, head_file)
+        if note:
+            click.echo(note, err=True)
     try:
         result = run_training(cfg, overwrite=overwrite)
     except TrainingDiverged as exc:
@@ -54,3 +58,16 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
         from geohead.probes import GuillotineReport
 
         click.echo(GuillotineReport.from_dict(result.probes).table())
+
+
+def _rescale_note(cfg, head_file: str) -> str | None:
+    """The line that says a ``--head`` found on another backbone width was rescaled, else None."""
+    from geohead.heads import HeadSpec
+    from geohead.training.model import build_backbone
+
+    found = HeadSpec.load(head_file)
+    d = build_backbone(cfg).num_features
+    if found.in_dim == d:
+        return None
+    return (f"head: {head_file} was found on d={found.in_dim} features; this backbone gives d={d}, so its widths "
+            f"keep the same multiples of d: {found.describe()} -> {found.rescale(d).describe()}")

@@ -206,6 +206,19 @@ class HeadSpec:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
+    def rescale(self, in_dim: int) -> HeadSpec:
+        """This head moved to a backbone of width ``in_dim``: ``hidden_dim`` and ``out_dim`` stay
+        the same multiples of d (``round(width * in_dim / self.in_dim)``, at least 1), so a
+        ``linear 128->512`` head becomes ``linear 512->2048``. ``prototypes`` (DINO's K counts
+        prototypes, not feature directions) and every other field are kept."""
+        if isinstance(in_dim, bool) or not isinstance(in_dim, int) or not 1 <= in_dim <= MAX_DIM:
+            raise SpecError(f"rescale: in_dim must be an integer from 1 to {MAX_DIM}, got {_short(in_dim)}")
+        if in_dim == self.in_dim:
+            return self
+        ratio = in_dim / self.in_dim
+        return self.replace(in_dim=in_dim, hidden_dim=max(1, round(self.hidden_dim * ratio)),
+                            out_dim=max(1, round(self.out_dim * ratio)))
+
 
 def _short(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters (a value from a file can be huge)."""

@@ -25,7 +25,7 @@ from geohead.io import atomic_write_text
 from geohead.search.plots import write_search_plots
 from geohead.search.reference import reference_trial
 from geohead.search.results import (  # noqa: F401 - read_trials_csv: callers of the former outputs.read_trials_csv
-    TRUTH, correlations, fmt, fmt_p, importances, num, read_trials_csv, rung_correlations, rung_rows, trial_rows,
+    TRUTH, add_ranks, correlations, fmt, fmt_p, importances, num, read_trials_csv, rung_correlations, rung_rows, trial_rows,
     unique_complete, write_trials_csv,
 )
 
@@ -43,16 +43,24 @@ def best_trial(study: Any) -> Any | None:
 
 
 def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], value_key: str, top: int = 5) -> str:
-    """The final printed table: the top heads and their criteria, then the correlation table."""
-    done = [r for r in unique_complete(rows) if num(r.get(value_key)) is not None]
-    done.sort(key=lambda r: -float(r[value_key]))
-    lines = [f"top heads (by {value_key}):"]
-    hdr = (f"{'trial':>5}  {'depth':>5} {'hidden':>6} {'out':>5} {'act':>8} {'norm':>5} {'last':>14} {'whiten':>6}  "
+    """The final printed table: the top heads and their criteria, then the correlation table.
+    Ranked by ``rank`` (the score at the highest rung heads share, :func:`add_ranks`) where the
+    rows have one, else completed heads by ``value_key``."""
+    done = [r for r in rows if r.get("rank") is not None]
+    if done and value_key == "score":
+        done.sort(key=lambda r: r["rank"])
+        title = "top heads (by the score at the highest rung they share; pruned heads included):"
+    else:
+        done = sorted((r for r in unique_complete(rows) if num(r.get(value_key)) is not None),
+                      key=lambda r: -float(r[value_key]))
+        title = f"top heads (by {value_key}):"
+    lines = [title]
+    hdr = (f"{'trial':>5} {'state':>8} {'depth':>5} {'hidden':>6} {'out':>5} {'act':>8} {'norm':>5} {'last':>14} {'whiten':>6}  "
            f"{'score':>6} {'kNN':>6} {'rankme':>6} {'unif':>6} {'inv':>6} {'fisher':>6} {'cond':>6}")
     lines.append(hdr)
     for r in done[:top]:
         lines.append(
-            f"{r['number']:>5}  {str(r.get('depth')):>5} {str(r.get('hidden_dim')):>6} {str(r.get('out_dim')):>5} "
+            f"{r['number']:>5} {str(r.get('state')).lower():>8} {str(r.get('depth')):>5} {str(r.get('hidden_dim')):>6} {str(r.get('out_dim')):>5} "
             f"{str(r.get('activation')):>8} {str(r.get('norm')):>5} {str(r.get('last_norm')):>14} {str(r.get('whiten')):>6}  "
             f"{fmt(r.get('score')):>6} {fmt(r.get('knn_backbone')):>6} {fmt(r.get('score_rankme')):>6} "
             f"{fmt(r.get('score_uniformity')):>6} {fmt(r.get('score_invariance')):>6} {fmt(r.get('score_fisher')):>6} "
@@ -83,8 +91,9 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = trial_rows(study)
-    write_trials_csv(rows, out / "trials.csv")
     rungs = rung_rows(study)
+    add_ranks(rows, rungs)
+    write_trials_csv(rows, out / "trials.csv")
     write_trials_csv(rungs, out / "rungs.csv")
     multi = len(study.directions) > 1
     value_key = "score" if multi or cfg.score != "knn" else TRUTH

@@ -35,7 +35,7 @@ CORRELATED = (
 #: Criteria whose spread is over orders of magnitude (plotted on a log axis).
 LOG_SCALE = ("heff_condition", "screen_heff_condition", "screen_output_condition", "condition_backbone",
              "heff_stable_rank", "screen_heff_stable_rank")
-_FIRST = ("number", "state", "value", "score", "knn_backbone", "knn_head") + DIMENSIONS
+_FIRST = ("number", "rank", "state", "value", "score", "knn_backbone", "knn_head") + DIMENSIONS
 _LAST = ("seed", "worker", "retry_of", "duplicate_of", "pruned_by", "fail_reason", "screen_seconds", "train_seconds",
          "eval_seconds", "duration_s", "datetime_start")
 
@@ -183,6 +183,45 @@ def rung_correlations(rungs: list[dict[str, Any]], truth: str = TRUTH) -> dict[s
                              [r.get(truth) for r in rungs if r["step"] == s]) for s in steps}
 
 
+def rank_heads(scores: dict[int, dict[int, float]]) -> list[int]:
+    """Trial numbers, best first, by the score at the highest rung heads share.
+
+    ``scores``: trial number -> {step: score} at every rung it reached (a completed trial's final
+    score at its last step). Made a total order the way successive halving builds one: every head
+    sorted by its score at the first rung (the rung all heads share; a head without one goes
+    last), then, rung by rung, the heads that reached the next rung re-sorted by their score
+    there among the places they hold. So a head that completed without ever meeting the pruner
+    (the published-head trial, the first trials) is placed by the scores it shares with the
+    others, not above them for having completed."""
+    steps = sorted({s for by in scores.values() for s in by})
+    if not steps:
+        return sorted(scores)
+    order = sorted(scores, key=lambda n: (steps[0] not in scores[n], -scores[n].get(steps[0], 0.0), n))
+    for step in steps[1:]:
+        places = [i for i, n in enumerate(order) if step in scores[n]]
+        moved = sorted((order[i] for i in places), key=lambda n: (-scores[n][step], n))
+        for i, n in zip(places, moved):
+            order[i] = n
+    return order
+
+
+def add_ranks(rows: list[dict[str, Any]], rungs: list[dict[str, Any]]) -> None:
+    """Set ``rank`` (1 = best, :func:`rank_heads`) on every distinct head with a score, completed or
+    pruned, in the trial ``rows``; ``rungs``: the rung rows (rungs.csv) holding each head's score
+    at each rung it reached. A completed head's last score is its score at ``steps_trained``."""
+    heads = {r["number"]: r for r in rows if r.get("state") in ("COMPLETE", "PRUNED")
+             and r.get("duplicate_of") is None and num(r.get("score")) is not None}
+    scores: dict[int, dict[int, float]] = {n: {} for n in heads}
+    for g in rungs:
+        if g["number"] in scores and num(g.get("score")) is not None:
+            scores[g["number"]][int(g["step"])] = float(g["score"])
+    for n, r in heads.items():
+        if r["state"] == "COMPLETE" or not scores[n]:
+            scores[n][int(num(r.get("steps_trained")) or 0)] = float(r["score"])
+    for i, n in enumerate(rank_heads(scores)):
+        heads[n]["rank"] = i + 1
+
+
 def importances(rows: list[dict[str, Any]], target: str) -> dict[str, float]:
     """η² of ``target`` grouped by each head dimension, over completed trials (see the module docstring)."""
     done = [r for r in unique_complete(rows) if num(r.get(target)) is not None]
@@ -204,5 +243,6 @@ def importances(rows: list[dict[str, Any]], target: str) -> dict[str, float]:
     return out
 
 
-__all__ = ["CORRELATED", "LOG_SCALE", "TRUTH", "correlations", "fmt", "fmt_p", "importances", "num", "read_trials_csv", "rung_correlations",
+__all__ = ["CORRELATED", "LOG_SCALE", "TRUTH", "add_ranks", "correlations", "fmt", "fmt_p", "importances", "num", "rank_heads", "read_trials_csv",
+           "rung_correlations",
            "rung_rows", "spearman", "trial_rows", "unique_complete", "write_trials_csv"]

@@ -102,9 +102,8 @@ class HeadConfig:
         from geohead.heads import HeadSpec, preset_spec
         from geohead.objectives import OBJECTIVES
 
-        if self.file is not None:
-            spec = HeadSpec.load(self.file)
-            return spec if spec.in_dim == in_dim else spec.replace(in_dim=in_dim)
+        if self.file is not None:  # a spec found on another backbone keeps its widths as multiples of d
+            return HeadSpec.load(self.file).rescale(in_dim)
         preset = self.preset or OBJECTIVES[objective].head_preset
         return preset_spec(preset, in_dim, smooth=self.smooth, **self.spec)
 

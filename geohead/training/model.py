@@ -83,15 +83,20 @@ def build_objective(cfg: TrainConfig, head_spec: HeadSpec) -> Objective:
     return get_objective(cfg.objective, **args)
 
 
-def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadSpec | None]:
-    """Student model (backbone, head, predictor), objective and the head and predictor specs of
-    ``cfg``, on the CPU. Parameters are drawn from torch's global generator (seed it first)."""
+def build_backbone(cfg: TrainConfig) -> nn.Module:
+    """The backbone of ``cfg`` (``backbone.name`` with ``backbone.args``), on the CPU."""
     from geohead.backbones import create_backbone
 
     kwargs = dict(cfg.backbone.args)
     if cfg.backbone.name is not None:
         kwargs["name"] = cfg.backbone.name
-    backbone = create_backbone(img_size=cfg.data.img_size, channels_last=cfg.backbone.channels_last, **kwargs)
+    return create_backbone(img_size=cfg.data.img_size, channels_last=cfg.backbone.channels_last, **kwargs)
+
+
+def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadSpec | None]:
+    """Student model (backbone, head, predictor), objective and the head and predictor specs of
+    ``cfg``, on the CPU. Parameters are drawn from torch's global generator (seed it first)."""
+    backbone = build_backbone(cfg)
     head_spec = cfg.head.resolve(cfg.objective, backbone.num_features)
     head = GeometricHead.from_spec(head_spec)
     if cfg.head.init_scale != 1.0:  # e.g. the paper's pseudo-collapsed start (Fig. 3): weights x 0.1
