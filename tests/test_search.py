@@ -77,6 +77,14 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
         scores[r["number"]][r["steps_trained"]] = r["score"]
     assert [r["rank"] for r in sorted(rows, key=lambda r: r["rank"])] == list(range(1, len(rows) + 1))
     assert [r["number"] for r in sorted(rows, key=lambda r: r["rank"])] == rank_heads(scores)
+    # the proxy the heads were measured on is recorded beside the pick and printed with what to re-check
+    from geohead.heads import read_found_on
+
+    proxy = read_found_on(out / "best_head.json")
+    assert proxy == summary["proxy"] == read_found_on(out / "pick_head.json")
+    assert proxy["backbone"] == "resnet18_w16" and proxy["d"] == 128 and proxy["objective"] == "barlow"
+    assert proxy["steps"] == max(r["steps_trained"] for r in done) and proxy["n_train"] > 0
+    assert f"decided on: resnet18_w16 (d=128), {proxy['steps']} steps" in res.table and "re-check" in res.table
     # Barlow Twins: Thm 4.1's premise fails, the escape criterion is off and the output says why
     assert summary["escape_criterion"]["on"] is False and "premise fails for barlow" in summary["escape_criterion"]["reason"]
     assert "escape criterion OFF: Thm 4.1's premise fails for barlow: its Hessian is indefinite" in res.table

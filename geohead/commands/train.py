@@ -61,13 +61,23 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
 
 
 def _rescale_note(cfg, head_file: str) -> str | None:
-    """The line that says a ``--head`` found on another backbone width was rescaled, else None."""
-    from geohead.heads import HeadSpec
+    """Lines that say how this run differs from the proxy a ``--head`` was found on (its width d:
+    the head is rescaled; its epochs and images: re-check), else None."""
+    from geohead.heads import HeadSpec, read_found_on
     from geohead.training.model import build_backbone
 
     found = HeadSpec.load(head_file)
+    proxy = read_found_on(head_file) or {}
     d = build_backbone(cfg).num_features
-    if found.in_dim == d:
-        return None
-    return (f"head: {head_file} was found on d={found.in_dim} features; this backbone gives d={d}, so its widths "
-            f"keep the same multiples of d: {found.describe()} -> {found.rescale(d).describe()}")
+    lines = []
+    if found.in_dim != d:
+        lines.append(f"head: {head_file} was found on d={found.in_dim} features; this backbone gives d={d}, so its "
+                     f"widths keep the same multiples of d: {found.describe()} -> {found.rescale(d).describe()}")
+    differs = [axis for axis, theirs, ours in (("width", proxy.get("d"), d), ("budget", proxy.get("epochs"), cfg.optim.epochs),
+                                             ("data", proxy.get("n_train"), cfg.data.n_train))
+               if theirs is not None and ours is not None and float(ours) > 1.5 * float(theirs)]
+    if differs:
+        lines.append(f"head: the search decided on {proxy.get('backbone')} (d={proxy.get('d')}), {proxy.get('epochs', 0):.1f} "
+                     f"epochs of {proxy.get('n_train', 0):,} images; this run is bigger on {', '.join(differs)}: "
+                     "re-check the pick against the published head there (docs/search.md, \"Search small, train big\")")
+    return "\n".join(lines) or None

@@ -3,7 +3,7 @@
 Modules (one concept each; this package's names are its public API)::
 
     layers.py     names -> layer types: activations, norms, bias rule, L2Norm
-    spec.py       HeadSpec: validated fields, JSON round trip, describe()
+    spec.py       HeadSpec: validated fields, JSON round trip, describe(), rescale(), found_on
     whitening.py  the whitening rows of the first Linear
     presets.py    the SSL methods' standard heads, preset_spec
     head.py       GeometricHead, built from a HeadSpec (or from a lightly head / an MLPLayout)
@@ -14,7 +14,7 @@ from __future__ import annotations
 from geohead.heads.head import GeometricHead, num_parameters
 from geohead.heads.layers import ACTIVATIONS, LAST_NORMS, NORMS, PIECEWISE_LINEAR, L2Norm, register_activation
 from geohead.heads.presets import PRESETS, preset_spec
-from geohead.heads.spec import WHITEN_MODES, HeadSpec
+from geohead.heads.spec import WHITEN_MODES, HeadSpec, read_found_on
 
 __all__ = [
     "ACTIVATIONS",
@@ -28,5 +28,6 @@ __all__ = [
     "WHITEN_MODES",
     "num_parameters",
     "preset_spec",
+    "read_found_on",
     "register_activation",
 ]

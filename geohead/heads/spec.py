@@ -126,6 +126,7 @@ class HeadSpec:
         if not isinstance(d, dict):
             raise SpecError(f"a head spec must be a JSON object, got {type(d).__name__}: {_short(d)}")
         d = dict(d)
+        check_found_on(d.pop("found_on", None))  # where a search decided on the head: a record, not a field
         fmt = d.pop("format", "geohead.HeadSpec")
         version = d.pop("version", cls.VERSION)
         if fmt != "geohead.HeadSpec":
@@ -142,9 +143,13 @@ class HeadSpec:
             raise SpecError(f"head spec lacks {missing}; a spec names at least in_dim and out_dim")
         return cls(**d)
 
-    def to_json(self, path: str | Path | None = None) -> str:
-        """The spec as JSON text; also written atomically to ``path`` when given."""
-        text = json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+    def to_json(self, path: str | Path | None = None, found_on: dict[str, Any] | None = None) -> str:
+        """The spec as JSON text; also written atomically to ``path`` when given. ``found_on``: the
+        proxy a search decided on the head with (:data:`FOUND_ON_KEYS`), stored beside the fields."""
+        d = self.to_dict()
+        if found_on is not None:
+            d["found_on"] = check_found_on(found_on)
+        text = json.dumps(d, indent=2, sort_keys=True) + "\n"
         if path is not None:
             atomic_write_text(path, text)
         return text
@@ -220,6 +225,33 @@ class HeadSpec:
                             out_dim=max(1, round(self.out_dim * ratio)))
 
 
+#: What ``found_on`` may record: the search's backbone, its width d, the steps (and epochs) each
+#: completed trial trained, its training images, batch, data name and objective.
+FOUND_ON_KEYS = ("backbone", "d", "steps", "epochs", "n_train", "batch_size", "data", "objective")
+
+
+def check_found_on(found_on: Any) -> dict[str, Any] | None:
+    """``found_on`` itself when it is None or a dict of :data:`FOUND_ON_KEYS` to plain values
+    (numbers, strings up to 200 characters); else a :class:`SpecError` naming the bad entry."""
+    if found_on is None:
+        return None
+    if not isinstance(found_on, dict):
+        raise SpecError(f"head spec found_on must be a JSON object, got {_short(found_on)}")
+    for k, v in found_on.items():
+        if k not in FOUND_ON_KEYS:
+            raise SpecError(f"unknown found_on key {_short(k)}; valid keys are {list(FOUND_ON_KEYS)}")
+        plain = (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, str) and len(v) <= 200)
+        if not plain and v is not None:
+            raise SpecError(f"head spec found_on.{k} must be a number or a short string, got {_short(v)}")
+    return found_on
+
+
+def read_found_on(path: str | Path) -> dict[str, Any] | None:
+    """The ``found_on`` record of a spec file (None when the head was not written by a search)."""
+    d = json.loads(HeadSpec.read_text(path))
+    return check_found_on(d.get("found_on")) if isinstance(d, dict) else None
+
+
 def _short(value: Any, limit: int = 80) -> str:
     """``repr(value)``, cut to ``limit`` characters (a value from a file can be huge)."""
     text = repr(value)
@@ -248,4 +280,4 @@ def _read_spec_file(path: Path) -> str:
                         "file that geohead wrote") from None
 
 
-__all__ = ["HeadSpec", "MAX_DIM", "WHITEN_MODES"]
+__all__ = ["FOUND_ON_KEYS", "HeadSpec", "MAX_DIM", "WHITEN_MODES", "check_found_on", "read_found_on"]

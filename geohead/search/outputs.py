@@ -79,12 +79,14 @@ def format_table(rows: list[dict[str, Any]], corr: dict[str, dict[str, Any]], va
 
 def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped: str = "target",
                   dashboard: str = "", premise: dict[str, Any] | None = None,
-                  verdict: Any | None = None) -> tuple[dict[str, Any], str]:
+                  verdict: Any | None = None, proxy: dict[str, Any] | None = None) -> tuple[dict[str, Any], str]:
     """Write trials.csv, rungs.csv, best_head.json (and pick_head.json), the plots, search.json
     and table.txt; return (summary, table). ``stopped``: why the search ended; ``dashboard``: the
     optuna-dashboard command; ``premise``: :func:`~geohead.search.escape.criterion_record` (whether
     the escape criterion was on, and why); ``verdict``: the :class:`~geohead.search.verdict.Verdict`
-    (None: the pick is recommended unchecked, e.g. after an interrupt)."""
+    (None: the pick is recommended unchecked, e.g. after an interrupt); ``proxy``: what the heads
+    were measured on (:data:`~geohead.heads.spec.FOUND_ON_KEYS`), recorded in search.json, in
+    best_head.json / pick_head.json as ``found_on``, and printed with the axes to re-check."""
     from geohead.search.score import LABEL_FREE_SCORES
     from geohead.search.storage import count_trials
 
@@ -98,11 +100,11 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     multi = len(study.directions) > 1
     value_key = "score" if multi or cfg.score != "knn" else TRUTH
     best = best_trial(study)
-    best_info = _write_best(best, out / "pick_head.json") if best is not None else None
+    best_info = _write_best(best, out / "pick_head.json", proxy) if best is not None else None
     ref = reference_trial(study)
     recommended = ref if verdict is not None and verdict.recommended == "published" else best
     if recommended is not None:
-        _write_best(recommended, out / "best_head.json")
+        _write_best(recommended, out / "best_head.json", proxy)
     corr = correlations(rows)
     plots = write_search_plots(out)
     counts = count_trials(study)
@@ -124,6 +126,7 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
         "best": best_info,
         "reference": _trial_info(ref) if ref is not None else None,
         "verdict": verdict.to_dict() if verdict is not None else None,
+        "proxy": proxy,
         "wall_time_s": wall_time,
         "trial_seconds": sum(float(r["duration_s"]) for r in rows if num(r.get("duration_s")) is not None),
         "importances": {"score": importances(rows, "score"), TRUTH: importances(rows, TRUTH)},
@@ -137,11 +140,11 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     return summary, head + "\n\n" + table
 
 
-def _write_best(best: Any, path: Path) -> dict[str, Any]:
-    """Write a trial's head to ``path``; return its entry of search.json."""
+def _write_best(best: Any, path: Path, proxy: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Write a trial's head (and the ``proxy`` it was decided on) to ``path``; return its entry of search.json."""
     from geohead.heads import HeadSpec
 
-    HeadSpec.from_dict(best.user_attrs["head"]).to_json(path)
+    HeadSpec.from_dict(best.user_attrs["head"]).to_json(path, found_on=proxy)
     return _trial_info(best)
 
 
@@ -196,7 +199,22 @@ def _verdict_lines(summary: dict[str, Any], out: Path) -> str:
         return lines + (f"\nverdict: not measured; {out / 'best_head.json'} holds the pick" if summary.get("best") else "")
     which = {"pick": "the pick", "published": "the published head", "pick_unchecked": "the pick (unchecked)"}
     lines += f"\nverdict: {v['reason']} -> {out / 'best_head.json'} holds {which[v['recommended']]}"
-    return lines
+    return lines + _proxy_line(summary.get("proxy"))
+
+
+def _proxy_line(proxy: dict[str, Any] | None) -> str:
+    """What the verdict was decided on, and what to re-check when training differs from it."""
+    if not proxy:
+        return ""
+    return (f"\ndecided on: {proxy['backbone']} (d={proxy['d']}), {proxy['steps']} steps ({proxy['epochs']:.1f} epochs) "
+            f"of {proxy['n_train']:,} images; {RECHECK}")
+
+
+#: What the scale ladder (benchmarks/search_scale.py; docs/search.md, "Search small, train big")
+#: measured about moving a pick from the proxy to a bigger run.
+RECHECK = ("training longer, wider or on more data, re-check the budget axis first (the margin over the "
+           "published head shrank from 20 to 100 epochs on the 2 objectives measured): train both heads "
+           "for a short run at your width with `geohead train --head`, see docs/search.md")
 
 
 __all__ = ["best_trial", "format_table", "write_outputs"]

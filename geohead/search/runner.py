@@ -75,6 +75,16 @@ def check_data(cfg: SearchConfig) -> None:
             raise SearchError(f"{flag} {name!r}: {exc}") from None
 
 
+def proxy_record(cfg: SearchConfig, inputs: Any) -> dict[str, Any]:
+    """What the search measured its heads on (best_head.json's ``found_on``): backbone, d, the
+    steps and epochs of a completed trial, training images, batch, data and objective."""
+    from geohead.backbones import DEFAULT_BACKBONE
+
+    return {"backbone": inputs.base.get("backbone", {}).get("name") or DEFAULT_BACKBONE, "d": inputs.in_dim,
+            "steps": int(cfg.max_steps), "epochs": float(inputs.base["optim"]["epochs"]), "n_train": len(inputs.data),
+            "batch_size": cfg.batch_size, "data": str(cfg.data)[-200:], "objective": cfg.objective}
+
+
 def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> SearchResult:
     """Run (or resume) the search of ``cfg`` and write its outputs; see the module docstring.
 
@@ -119,7 +129,8 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     verdict = None if interrupted else _verdict(cfg, study, inputs, say)
     dashboard = dashboard_command(url)
     summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
-                                   premise=criterion_record(inputs.premise, cfg.escape), verdict=verdict)
+                                   premise=criterion_record(inputs.premise, cfg.escape), verdict=verdict,
+                                   proxy=proxy_record(cfg, inputs))
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)
