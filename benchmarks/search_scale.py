@@ -116,23 +116,33 @@ def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
             for lab in labels.get(a, ["found", "published"])]
 
 
-def train_run(args: argparse.Namespace, axis: str, objective: str, label: str, seed: int,
-              transfer: dict[str, Any]) -> dict[str, Any]:
-    """Train one ladder point (or read its finished run folder) and return its record."""
+def run_config(args: argparse.Namespace, axis: str, objective: str, label: str, seed: int,
+               transfer: dict[str, Any]) -> tuple[Any, dict[str, Any], str]:
+    """The TrainConfig of one ladder point (the search's settings, the axis's backbone, epochs and
+    data, the head rescaled to its d; bf16 on a GPU), its ``head`` and the head's description."""
     backbone, epochs, which = AXES[axis]
-    epochs = args.epochs or epochs
-    d = DIMS[backbone]
     data = {"train": joined_train(Path(args.data_dir), which), "test": str(Path(args.data_dir) / "cifar10_test.npz")}
     if axis == "search_w32":
         picked = search_pick(objective, args, {"train": str(Path(args.data_dir) / "cifar10_train_10k.npz"),
                                                "test": data["test"]})
         head, desc = {"spec": picked["spec"]}, _describe(picked)
     else:
-        head, desc = scaled_head(objective, heads(transfer, objective)[label]["head"], d)
+        head, desc = scaled_head(objective, heads(transfer, objective)[label]["head"], DIMS[backbone])
     folder = Path(args.out) / axis / objective / f"{label}_s{seed}"
-    cfg = st.train_config(objective, data, seed, epochs, None, args.n_test, head, folder, backbone, checkpoints=10)
+    cfg = st.train_config(objective, data, seed, args.epochs or epochs, None, args.n_test, head, folder, backbone,
+                          checkpoints=10)
     if args.device != "cpu":
         cfg = dataclasses.replace(cfg, device=args.device, precision="bf16")
+    return cfg, head, desc
+
+
+def train_run(args: argparse.Namespace, axis: str, objective: str, label: str, seed: int,
+              transfer: dict[str, Any]) -> dict[str, Any]:
+    """Train one ladder point (or read its finished run folder) and return its record."""
+    backbone, epochs, which = AXES[axis]
+    epochs = args.epochs or epochs
+    d = DIMS[backbone]
+    cfg, head, desc = run_config(args, axis, objective, label, seed, transfer)
     print(f"[{axis}] {objective} {label} seed {seed}: {desc} ({backbone}, {epochs} epochs, {which})", flush=True)
     rec = st.train_one(cfg)
     print(f"[{axis}] {objective} {label} seed {seed}: backbone kNN {rec['knn_backbone']:.3f}, "
@@ -217,6 +227,9 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set(xscale="log", xlabel=xlabel, ylabel="pick - published (linear probe points)",
                title=f"margin vs {xlabel}")
+        ticks = sorted({r[key] for r in rows if r["axis"] in axes})
+        ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     fig.suptitle("Does the proxy's pick keep its margin? (CIFAR-10 test; dots: seeds, line: seed mean)", fontsize=9)
     fig.tight_layout()
@@ -248,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--search-trials", type=int, default=9, help="heads the w32 search measures (as the proxy's did)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda[:K] for the GPU version")
     ap.add_argument("--data-dir", default=str(st.SHARED))
-    ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds")
+    ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds "
+                    "(0: train nothing, rewrite the table and plot from --results)")
     ap.add_argument("--out", default="runs/search_scale")
     ap.add_argument("--results", default=None, help="default benchmarks/results/search_scale_{cpu,cuda}.json")
     ap.add_argument("--plot", default=None, help="default docs/search_scale{,_cuda}.png")
@@ -259,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     args.epochs = args.epochs or (100 if gpu else None)
     args.results = args.results or str(RESULTS / f"search_scale_{'cuda' if gpu else 'cpu'}.json")
     args.plot = args.plot if args.plot is not None else str(ROOT / "docs" / f"search_scale{'_cuda' if gpu else ''}.png")
-    missing = [f for fs in TRAIN_FILES.values() for f in fs + ["cifar10_test.npz"] if not (Path(args.data_dir) / f).is_file()]
+    needed = {f for a in args.axes for f in TRAIN_FILES[AXES[a][2]]} | {"cifar10_test.npz"}
+    missing = [f for f in needed if not (Path(args.data_dir) / f).is_file()]
     if missing:
         print(f"error: {args.data_dir} lacks {sorted(set(missing))}; give --data-dir with ../shared/data's files",
               file=sys.stderr)

@@ -1,0 +1,94 @@
+"""benchmarks/search_scale.py, the proxy-to-real ladder, on tiny synthetic CIFAR-layout files."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FOUND = {"spec": {"out_dim": 512, "hidden_dim": 512, "depth": 1, "activation": "identity", "norm": None, "bias": "auto",
+                  "last_norm": "batch", "whiten": None, "prototypes": None, "freeze_prototype_norm": True}}
+PUBLISHED = {"preset": "barlow", "smooth": False, "spec": {"hidden_dim": 512, "out_dim": 512}}
+
+
+@pytest.fixture(scope="module")
+def scale():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import search_scale
+    finally:
+        sys.path.pop(0)
+    return search_scale
+
+
+def _data(folder: Path) -> Path:
+    rng = np.random.default_rng(0)
+    for name, n in (("cifar10_train_10k.npz", 512), ("cifar10_test.npz", 100)):
+        np.savez(folder / name, images=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+                 labels=np.arange(n) % 10, classes=np.array([str(i) for i in range(10)]))
+    return folder
+
+
+def _transfer(path: Path) -> Path:
+    runs = [{"objective": "barlow", "label": lab, "seed": s, "head": head, "desc": lab, "knn_backbone": k,
+             "linear_backbone": k + 0.05} for lab, head, k in (("found", FOUND, 0.36), ("published", PUBLISHED, 0.34))
+            for s in (0, 1)]
+    path.write_text(json.dumps({"settings": {}, "runs": runs}))
+    return path
+
+
+def test_both_heads_move_to_the_wider_backbone_by_the_same_rule(scale):
+    head, desc = scale.scaled_head("barlow", PUBLISHED, 512)
+    assert head == {"preset": "barlow", "smooth": False, "spec": {"hidden_dim": 2048, "out_dim": 2048}}
+    assert "depth 3 512->2048->2048 relu" in desc
+    head, desc = scale.scaled_head("barlow", FOUND, 256)
+    assert head["spec"]["out_dim"] == 1024 and desc == "linear 256->1024 last_norm=batch whiten=none"
+
+
+def test_margins_pair_heads_per_axis_and_seed_and_the_w32_search_meets_the_w32_published_head(scale):
+    def run(axis, label, seed, lin, knn, d=256):
+        return {"objective": "barlow", "axis": axis, "label": label, "seed": seed, "d": d, "n_train": 10000, "epochs": 20,
+                "linear_backbone": lin, "knn_backbone": knn}
+
+    rows = scale.margins([run("width_w32", "found", 0, 0.44, 0.39), run("width_w32", "published", 0, 0.42, 0.40),
+                          run("search_w32", "found", 0, 0.45, 0.41), run("width_w32", "found", 1, 0.43, 0.38)])
+    by = {(r["axis"], r["seed"]): r for r in rows}
+    assert set(by) == {("width_w32", 0), ("search_w32", 0)}  # seed 1 lacks its published run
+    assert by[("width_w32", 0)]["margin_linear"] == pytest.approx(2.0)
+    assert by[("width_w32", 0)]["margin_knn"] == pytest.approx(-1.0)
+    assert by[("search_w32", 0)]["margin_linear"] == pytest.approx(3.0)
+
+
+def test_the_gpu_version_is_full_width_100_epochs_bf16(scale, tmp_path):
+    data = _data(tmp_path)
+    args = argparse.Namespace(data_dir=str(data), out=str(tmp_path / "o"), epochs=100, n_test=None, device="cuda",
+                              search_trials=9)
+    transfer = json.loads(_transfer(tmp_path / "t.json").read_text())
+    cfg, _, desc = scale.run_config(args, "width_full", "barlow", "found", 0, transfer)
+    assert (cfg.device, cfg.precision, cfg.backbone.name) == ("cuda", "bf16", "resnet18_cifar")
+    assert cfg.optim.max_steps == 100 * (512 // 256) and desc == "linear 512->2048 last_norm=batch whiten=none"
+
+
+def test_a_ladder_run_writes_results_after_each_run_and_a_rerun_trains_nothing(scale, tmp_path, capsys):
+    data, out = _data(tmp_path), tmp_path / "ladder"
+    argv = ["--transfer", str(_transfer(tmp_path / "t.json")), "--objective", "barlow", "--axes", "width_w32",
+            "--seeds", "0", "--epochs", "1", "--data-dir", str(data), "--out", str(out),
+            "--results", str(tmp_path / "r.json"), "--plot", str(tmp_path / "p.png")]
+    assert scale.main(argv) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["axis"], r["label"], r["d"], r["steps"]) for r in res["runs"]] == [
+        ("width_w32", "found", 256, 2), ("width_w32", "published", 256, 2)]
+    for r in res["runs"]:
+        assert 0.0 <= r["knn_backbone"] <= 1.0 and r["backbone"] == "resnet18_w32" and r["n_train"] == 10000
+    axes = {(m["axis"], m["seed"]) for m in res["margins"]}
+    assert ("width_w32", 0) in axes and ("proxy", 1) in axes and (tmp_path / "p.png").stat().st_size > 0
+    capsys.readouterr()
+    assert scale.main(argv) == 0
+    assert "backbone kNN" not in capsys.readouterr().out  # every point was read back, none trained
+    assert scale.main(argv[:-6] + ["--data-dir", str(tmp_path / "nowhere")] + argv[-4:]) == 2
