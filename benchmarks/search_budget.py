@@ -19,7 +19,7 @@ results -> 100) to ``--plot``. ``--time-budget`` starts no run after that many s
 
 A 100-epoch run takes about 15 min (Barlow Twins) / 9 min (SimCLR) on 2 idle cores.
 
-Run: ``python benchmarks/search_budget.py`` (measured: docs/search.md, "At 100 epochs")
+Run: ``python benchmarks/search_budget.py`` (measured: docs/results.md, "At 100 epochs")
 """
 from __future__ import annotations
 

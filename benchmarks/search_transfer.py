@@ -39,7 +39,7 @@ flag overrides its scale's default. Results are written after every run to OUT/r
 OUT/table.md; a rerun skips the runs (and the search) already finished, and ``--time-budget``
 stops starting new runs after that many seconds, so a partial run still reports what it measured.
 
-Run: ``python benchmarks/search_transfer.py --scale cpu`` (measured: docs/search.md; the results
+Run: ``python benchmarks/search_transfer.py --scale cpu`` (measured: docs/results.md; the results
 of that run are benchmarks/results/search_transfer_cpu.json)
 """
 from __future__ import annotations

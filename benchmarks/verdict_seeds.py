@@ -26,7 +26,7 @@ For each finished search folder (``LABEL=FOLDER``) this benchmark
    (``LABEL=FOLDER=RESULTS_JSON``).
 
 Run: ``python benchmarks/verdict_seeds.py --confirm-seeds 3 --case dino=runs/search_transfer22b/dino/search ...``
-(measured: docs/search.md, "The verdict's noise, measured"; results:
+(measured: docs/results.md, "The verdict's noise, measured"; results:
 benchmarks/results/verdict_seeds_cpu.json).
 ``--report-only`` re-reads the stored confirmation runs without training.
 """

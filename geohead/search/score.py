@@ -11,7 +11,7 @@ fixed transform (so a trial's score never depends on the other trials), and thei
     conditioning  log stable rank(H_eff) / log(B·d)     curvature spread over many directions
 
 Two recorded criteria enter only the ``theory`` score (:data:`THEORY_WEIGHTS`, the default),
-with the sign measured on CIFAR-10 (docs/search.md, "Which criteria earn a weight"):
+with the sign measured on CIFAR-10 (docs/results.md, "Which criteria earn a weight"):
 
     low_compression  1 / (1 + compression)               global orbit compression, lower is better
     fisher_erank     log(1 + erank(F_T)) / log(1 + d)    the tangent-Fisher effective rank

@@ -23,7 +23,7 @@ head is recommended, with the reason. When the pick *is* the published head, not
 re-trained. Confirmation runs are kept in ``OUT/confirm/<label>_s<seed>/result.json``, so a rerun
 of the search reuses them, and a rerun with a larger ``confirm_seeds`` trains only the new seeds.
 
-Measured on six CIFAR-10 searches with 20-epoch truths (benchmarks/verdict_seeds.py; docs/search.md,
+Measured on six CIFAR-10 searches with 20-epoch truths (benchmarks/verdict_seeds.py; docs/results.md,
 "The verdict's noise, measured"): the seed moves both heads together (DINO: the published head's
 score moved by 0.019 between seeds 0 and 1, the difference by 0.0005), so the first model's noise
 (one head's spread) hid margins; VICReg's theory score preferred a head at every seed whose
