@@ -6,7 +6,21 @@ from pathlib import Path
 import pytest
 
 #: Real CIFAR-10 arrays shipped beside the project (never copied into it): ../shared/data/
+ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def benchmark_module(name: str):
+    """The module benchmarks/``name``.py, imported with benchmarks/ on the path only while it loads
+    (its sibling imports, e.g. search_scale's ``import search_transfer``, resolve then)."""
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import benchmark_module
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 FOUND = {"spec": {"out_dim": 512, "hidden_dim": 512, "depth": 1, "activation": "identity", "norm": None, "bias": "auto",
@@ -19,12 +18,7 @@ PUBLISHED = {"preset": "barlow", "smooth": False, "spec": {"hidden_dim": 512, "o
 
 @pytest.fixture(scope="module")
 def scale():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import search_scale
-    finally:
-        sys.path.pop(0)
-    return search_scale
+    return benchmark_module("search_scale")
 
 
 def _data(folder: Path) -> Path:

@@ -2,21 +2,15 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
+from conftest import benchmark_module
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("tiny_whitening")
 
 
 def test_transfer_benchmark_at_smoke_scale(tmp_path, shared_data) -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import search_transfer
-    finally:
-        sys.path.pop(0)
+    search_transfer = benchmark_module("search_transfer")
     out = tmp_path / "transfer"
     assert search_transfer.main(["--scale", "smoke", "--data-dir", str(shared_data), "--out", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())
@@ -37,8 +31,7 @@ def test_transfer_benchmark_at_smoke_scale(tmp_path, shared_data) -> None:
 def test_budget_plan_order_and_labels() -> None:
     """search_budget.py trains found/published at the first seed first, then the other seeds, then
     the extra heads; ``--labels`` keeps only the heads named, in that order."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import search_budget
+    search_budget = benchmark_module("search_budget")
 
     full = search_budget.plan(["barlow", "simclr"], [0, 1])
     assert full[:4] == [("barlow", "found", 0), ("barlow", "published", 0), ("simclr", "found", 0),
@@ -54,11 +47,7 @@ def test_budget_plan_order_and_labels() -> None:
 def test_criteria_transfer_merges_files_by_objective() -> None:
     """criteria_transfer.py --transfer A B: an objective B re-measured replaces all of A's runs of
     it (none of A's stale rows survive); objectives only in A stay."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import criteria_transfer
-    finally:
-        sys.path.pop(0)
+    criteria_transfer = benchmark_module("criteria_transfer")
     old = {"runs": [{"objective": "barlow", "trial": 1, "v": "a"}, {"objective": "byol", "trial": 1, "v": "a"},
                     {"objective": "byol", "trial": 2, "v": "a"}]}
     new = {"runs": [{"objective": "byol", "trial": 3, "v": "b"}]}
@@ -70,11 +59,7 @@ def test_criteria_transfer_merges_files_by_objective() -> None:
 def test_criteria_transfer_picks_the_first_head_under_a_subset() -> None:
     """picks(): the re-trained head a subset's equal-weight score ranks first, and its margin over
     the published head's mean over seeds, in linear-probe points."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import criteria_transfer
-    finally:
-        sys.path.pop(0)
+    criteria_transfer = benchmark_module("criteria_transfer")
     rows = [{"objective": "simsiam", "label": "found", "trial": 5, "seed": 0, "linear_backbone": 0.18, "knn_backbone": 0.1,
              "search": {"score_rankme": 0.9, "score_conditioning": 0.1}},
             {"objective": "simsiam", "label": "top_2", "trial": 2, "seed": 0, "linear_backbone": 0.36, "knn_backbone": 0.3,

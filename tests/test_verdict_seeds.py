@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import benchmark_module
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # DINO's measured search (benchmarks/results/verdict_seeds_cpu.json, rounded): seed 0 is the study's.
 SCORE = {"pick": {0: 0.7330, 1: 0.7529, 2: 0.7572, 3: 0.7213}, "published": {0: 0.7299, 1: 0.7493, 2: 0.7560, 3: 0.7224}}
@@ -17,12 +16,7 @@ KNN = {"pick": {0: 0.2010, 1: 0.2000, 2: 0.2085, 3: 0.2180}, "published": {0: 0.
 
 
 def _bench():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import verdict_seeds
-    finally:
-        sys.path.pop(0)
-    return verdict_seeds
+    return benchmark_module("verdict_seeds")
 
 
 def _search_folder(root: Path) -> Path:
