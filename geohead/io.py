@@ -25,13 +25,20 @@ from typing import Any, Callable, Mapping
 from torch import Tensor
 
 __all__ = [
+    "DiskFullError",
+    "OutsideFolderError",
     "SafetensorsReadError",
+    "append_text",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
     "default_mode",
+    "disk_error",
     "folder_problem",
     "fsync_dir",
+    "path_in",
+    "read_bytes_in",
+    "refuse_links_out",
     "read_safetensors",
     "save_safetensors",
     "tensor_checksum",
@@ -42,11 +49,103 @@ class SafetensorsReadError(ValueError):
     """A safetensors file that is missing, truncated, corrupted, or not safetensors at all."""
 
 
+class OutsideFolderError(ValueError):
+    """A path inside a folder geohead was given that a symbolic link leads out of."""
+
+
+class DiskFullError(OSError, ValueError):
+    """A write that failed because the disk is full or read-only (ENOSPC, EDQUOT, EROFS): an
+    ``OSError`` with its errno, and a ``ValueError`` like every input geohead refuses."""
+
+
+# ---------------------------------------------------------------------- paths inside a folder
+def path_in(folder: str | os.PathLike, name: str | os.PathLike, what: str = "file",
+            error: Callable[[str], Exception] = OutsideFolderError) -> Path:
+    """``folder/name`` when no symbolic link below ``folder`` leads out of it; raises ``error``
+    (a message naming the link, its target and the fix) otherwise.
+
+    The folder itself is the caller's choice (the user named it) and may be a link; every part of
+    ``name`` below it may be a link only to somewhere inside the folder. ``name`` must be relative
+    without ``..``. The one check for every file geohead reads, appends to or writes in a folder
+    it was given: readers and appenders refuse such a link, and whole-file writers
+    (:func:`atomic_write`) replace a link at ``name`` itself by the new file, never writing
+    through it. A link planted between this check and the open is not caught (see docs/security.md).
+    """
+    root, rel = Path(folder), Path(name)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise error(f"{what} {str(rel)!r} is not a plain name inside {str(root)!r}; geohead reads and writes only inside it")
+    real_root = root.resolve()
+    p = root
+    for part in rel.parts:
+        p = p / part
+        if not p.is_symlink():
+            continue
+        target = p.resolve()
+        if target != real_root and real_root not in target.parents:
+            raise error(f"{what} {str(p)!r} is a symbolic link to {str(target)!r}, outside {str(root)!r}; geohead never "
+                        "reads or writes through a link out of the folder it was given: replace the link with the file "
+                        "itself (or remove it) and rerun")
+    return p
+
+
+def refuse_links_out(folder: str | os.PathLike, names: "tuple[str, ...] | list[str]", what: str = "file",
+                     error: Callable[[str], Exception] = OutsideFolderError) -> None:
+    """:func:`path_in` for each of ``names`` in ``folder``: a command calls it for the files it
+    will read or write there, before any work, so a planted link stops it with nothing written."""
+    for name in names:
+        path_in(folder, name, what, error)
+
+
+def read_bytes_in(folder: str | os.PathLike, name: str | os.PathLike, what: str = "file",
+                  error: Callable[[str], Exception] = OutsideFolderError) -> bytes:
+    """The bytes of ``folder/name``, checked by :func:`path_in` first (no link out of ``folder``)."""
+    return path_in(folder, name, what, error).read_bytes()
+
+
+def append_text(path: str | os.PathLike, text: str) -> None:
+    """Append ``text`` (UTF-8) to ``path``, created if missing; never through a symbolic link
+    (``O_NOFOLLOW``): a link there raises :class:`OutsideFolderError` and nothing is written."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if Path(path).is_symlink():
+            raise OutsideFolderError(f"{str(path)!r} is a symbolic link; geohead appends only to a plain file in its "
+                                     "folder: replace the link with the file itself (or remove it) and rerun") from None
+        raise disk_error(exc, path) from None
+    try:
+        os.write(fd, text.encode("utf-8"))
+    except OSError as exc:
+        raise disk_error(exc, path) from None
+    finally:
+        os.close(fd)
+
+
+_DISK_ERRNOS = {28, 30, 122}  # ENOSPC, EROFS, EDQUOT
+
+
+def disk_error(exc: BaseException, path: str | os.PathLike) -> BaseException:
+    """``exc`` as a :class:`DiskFullError` with the one fix when it says the disk is full or
+    read-only (ENOSPC, EDQUOT, EROFS; also safetensors' and torch's wrapped messages); ``exc``
+    itself otherwise."""
+    import errno
+
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    full = code in _DISK_ERRNOS or any(s in text for s in ("No space left", "Read-only file system", "Disk quota"))
+    if not full:
+        return exc
+    kind = "read-only" if code == errno.EROFS or "Read-only" in text else "full"
+    return DiskFullError(code or errno.ENOSPC, f"cannot write {str(path)!r}: the disk is {kind} (disk full / read-only: "
+                         "nothing was lost, free space and rerun)")
+
+
 # ---------------------------------------------------------------------- durable writes
 def folder_problem(path: str | os.PathLike) -> str | None:
     """Why a folder cannot be made or written at ``path`` (a file in its place or on its way, an
-    unwritable folder), as the end of a sentence; None when it can. Creates nothing, so commands
-    call it before any work."""
+    unwritable folder, a pseudo or read-only file system), as the end of a sentence; None when it
+    can. Leaves nothing behind (one empty probe folder is made and removed), so commands call it
+    before any work."""
     p = Path(path).expanduser().absolute()
     if p.exists() and not p.is_dir():
         return f"{str(p)!r} is a file, not a folder"
@@ -57,6 +156,10 @@ def folder_problem(path: str | os.PathLike) -> str | None:
         return f"{str(probe)!r} is a file, so no folder can be made at {str(p)!r}"
     if not os.access(probe, os.W_OK | os.X_OK):
         return f"folder {str(probe)!r} is not writable"
+    try:  # what os.access cannot tell (root, /proc, a read-only mount): make and remove one empty folder
+        os.rmdir(tempfile.mkdtemp(prefix=".geohead-probe-", dir=probe))
+    except OSError as exc:
+        return f"folder {str(probe)!r} does not accept new files ({exc.strerror or exc})"
     return None
 
 
@@ -89,21 +192,29 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Path], None]) -> Path
     which is then fsynced, given the default mode and renamed over ``path``.
 
     The parent folders are created. On any exception the temporary file is removed and an
-    existing ``path`` is left untouched. Returns ``path`` as a :class:`~pathlib.Path`.
+    existing ``path`` is left untouched; a full or read-only disk raises :class:`DiskFullError`
+    (nothing was lost). A symbolic link at ``path`` is replaced by the file, never written
+    through. Returns ``path`` as a :class:`~pathlib.Path`.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(name)
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
         write(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, default_mode())  # mkstemp (and the safetensors writer) create files 0600
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # a symbolic link at path is replaced, never written through
+    except Exception as exc:  # noqa: BLE001 - a full or read-only disk is said so; anything else as it was
+        err = disk_error(exc, path)
+        if err is exc:
+            raise
+        raise err from None
     finally:
-        if tmp.exists():
+        if tmp is not None and tmp.exists():
             tmp.unlink()
     fsync_dir(path.parent)
     return path

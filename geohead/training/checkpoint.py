@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from geohead.filekind import read_error
-from geohead.io import SafetensorsReadError, read_safetensors, save_safetensors, tensor_checksum
+from geohead.io import SafetensorsReadError, path_in, read_safetensors, save_safetensors, tensor_checksum
 
 FORMAT = "geohead.training.checkpoint/1"
 
@@ -59,15 +59,15 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     is not safetensors, a truncated or corrupted file, or one that is not a geohead checkpoint.
     """
     path = Path(path)
-    if path.is_dir():
-        path = path / "last.ckpt"
+    if path.is_dir():  # a run folder: its own last.ckpt, never one a link elsewhere points at
+        path = path_in(path, "last.ckpt", "checkpoint", CheckpointError)
     if not path.exists():
         raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a run folder or a .ckpt file)")
     try:
         tensors, header = read_safetensors(path, "checkpoint")
     except SafetensorsReadError as exc:
         raise CheckpointError(read_error(path, "checkpoint", str(exc))) from None  # names Lightning/torch files
-    if header.get("format") != FORMAT:
+    if not is_checkpoint_header(header):
         raise CheckpointError(f"{str(path)!r} is a safetensors file but not a geohead checkpoint (format={header.get('format')!r})")
     want = header.pop("checksum", None)  # checkpoints written before checksums have none
     if want is not None and tensor_checksum(tensors, header) != want:
@@ -76,6 +76,9 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
             "(a flipped bit, a partial copy, an edit). Copy it again from where it was written, or start "
             "the run again with --overwrite"
         )
+    if header.get("format") != FORMAT:  # its checksum held, so it was written with another format
+        raise CheckpointError(f"{str(path)!r} is a checkpoint of another format ({header.get('format')!r}, this geohead "
+                              f"reads {FORMAT!r}); export it with the geohead that wrote it")
     meta = {}
     for k, v in header.items():
         if k == "format":
@@ -85,6 +88,13 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         except json.JSONDecodeError:
             raise CheckpointError(f"{str(path)!r}: metadata {k!r} is not valid JSON (corrupted header)") from None
     return Checkpoint(path, tensors, meta)
+
+
+def is_checkpoint_header(header: dict[str, str]) -> bool:
+    """Whether a safetensors header is a geohead checkpoint's: its format tag, or (a damaged tag)
+    the checksum with the run's own entries, so that a flipped tag is checked and refused as a
+    checksum failure instead of read as somebody else's file."""
+    return header.get("format") == FORMAT or {"checksum", "step", "config"} <= set(header)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict[str, Any]]:

@@ -35,6 +35,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
+from geohead.data.loaders import MAX_SEED  # noqa: E402 - the one seed bound (shapes seeds are 2·seed + 1)
+
+
 class ConfigError(ValueError):
     """A recipe or override that names an unknown key or holds a bad value."""
 
@@ -247,6 +250,14 @@ class TrainConfig:
         for key, value in optional.items():
             if value is not None and not value >= 1:
                 raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
+        from geohead.data.loaders import size_problem
+
+        for key in ("data.n_train", "data.n_test", "probe.n_train", "probe.n_test"):
+            problem = size_problem(_lookup(self, key), self.data.img_size, key, "data.img_size")
+            if problem:
+                raise ConfigError(problem)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"seed must be an integer from 0 to 2^62, got {self.seed!r}; give a smaller seed")
 
     def _check_backbone_args(self) -> None:
         """backbone.args reach timm.create_model: a recipe (often someone else's file) may pass

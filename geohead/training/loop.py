@@ -33,8 +33,8 @@ from geohead._version import __version__
 from geohead.training.checkpoint import load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
 from geohead.training.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
-from geohead.io import atomic_write_text, folder_problem
-from geohead.training.model import SSLModel, build_teacher, resolve_device, seeded_models, training_data
+from geohead.io import atomic_write_text, folder_problem, refuse_links_out
+from geohead.training.model import SSLModel, build_teacher, load_section, resolve_device, seeded_models, training_data
 from geohead.objectives import Objective, ema_update_
 
 
@@ -133,6 +133,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
     problem = folder_problem(cfg.out_dir)
     if problem:
         raise ConfigError(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; choose another out")
+    refuse_links_out(cfg.out_dir, ("last.ckpt", "metrics.jsonl", "config.json", "head.json", "probes.json", "summary.json"), "run file", ConfigError)
     dist_on = _init_distributed()
     try:
         run = setup(cfg, distributed.rank(), distributed.world_size(), data)
@@ -230,10 +231,10 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
                 f"{out} holds a different run (its config differs from this one); "
                 "use --overwrite to replace it or --out to choose another folder"
             )
-        run.model.load_state_dict(ck.section("model"))
+        load_section(run.model, ck, "model")
         if run.teacher is not None:
-            run.teacher.load_state_dict(ck.section("teacher"))
-        run.objective.load_state_dict(ck.section("objective"))
+            load_section(run.teacher, ck, "teacher")
+        load_section(run.objective, ck, "objective")
         load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
         start_step = int(ck.meta["step"])
         if run.is_main:

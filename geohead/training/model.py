@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from geohead.training.checkpoint import Checkpoint, load_checkpoint
+from geohead.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from geohead.heads import GeometricHead, HeadSpec
 from geohead.objectives import OBJECTIVES, Objective, get_objective, make_teacher
 
@@ -67,11 +67,16 @@ class SSLModel(nn.Module):
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:K``; ``ValueError`` for a
-    CUDA device on a machine without CUDA."""
+    """``auto`` (CUDA when there is one), ``cpu``, ``cuda`` or ``cuda:K``; ``ValueError`` for any
+    other name (``tpu``, ``mps``) and for a CUDA device on a machine without CUDA."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(name)
+    if not isinstance(name, str) or name.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"device {str(name)[:40]!r} is not one geohead runs on; use auto, cpu, cuda or cuda:K")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {name[:40]!r} is not a device name; use auto, cpu, cuda or cuda:K") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {name!r} requested but CUDA is not available; use device='cpu' or 'auto'")
     return dev
@@ -162,6 +167,21 @@ class TrainedModels:
         return self.model.channels_last
 
 
+def load_section(module: nn.Module, ck: Checkpoint, prefix: str) -> None:
+    """``module.load_state_dict(ck.section(prefix), strict=True)``; tensors that do not fit (another
+    shape, a missing or extra name, under a checksum that holds) raise :class:`CheckpointError`
+    naming the file and the first mismatch, not a traceback."""
+    try:
+        module.load_state_dict(ck.section(prefix), strict=True)
+    except RuntimeError as exc:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        raise CheckpointError(
+            f"checkpoint {str(ck.path)!r}: its {prefix!r} tensors do not fit the model its header describes "
+            f"({' '.join(lines[1:2] or lines[:1])[:200]}); it was edited or written by another program: use the "
+            "checkpoint its run wrote, or start the run again with --overwrite"
+        ) from None
+
+
 def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.device = "cpu") -> TrainedModels:
     """Rebuild backbone, head, predictor, teacher and objective from a checkpoint (eval mode).
 
@@ -180,14 +200,14 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
     objective = get_objective(meta["objective"], **meta["objective_hparams"])
     model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
-    model.load_state_dict(ck.section("model"), strict=True)
-    objective.load_state_dict(ck.section("objective"), strict=True)
+    load_section(model, ck, "model")
+    load_section(objective, ck, "objective")
     if hasattr(objective, "set_epoch") and meta.get("epoch") is not None:
         objective.set_epoch(float(meta["epoch"]))
     teacher = None
     if ck.section("teacher"):
         teacher = build_teacher(model)
-        teacher.load_state_dict(ck.section("teacher"), strict=True)
+        load_section(teacher, ck, "teacher")
         teacher.to(device).eval()
     model.to(device).eval()
     objective.to(device).eval()

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.training.config import TrainConfig
-from geohead.io import atomic_write_text
+from geohead.io import append_text, atomic_write_text
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
 
@@ -33,8 +33,7 @@ class Tracker:
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        append_text(self.path, json.dumps(record) + "\n")  # never through a link planted in the run folder
 
     def postfix(self) -> dict[str, str]:
         return {"rankme": f"{self.latest['rankme_head']:.1f}"} if "rankme_head" in self.latest else {}
