@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,13 @@ NPZ_LAYOUT = (
     "an .npz with 'images' uint8 (N, H, W, 3) (or (N, H, W) grayscale), 'labels' integer (N,) and "
     "optionally 'classes' str (C,)"
 )
+#: Bounds on what a caller may ask for, checked before anything is allocated: images in a subset
+#: or a generated split, the image side, the bytes of their uint8 pixels, and one image file's pixels.
+MAX_IMAGES = 2_000_000
+MAX_IMG_SIZE = 1024
+MAX_PIXEL_BYTES = 1 << 32
+MAX_FILE_PIXELS = 1 << 24
+MAX_SEED = 1 << 62
 #: Standard CIFAR normalisation constants (training sets, images / 255).
 CIFAR_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
@@ -73,10 +81,14 @@ def load_dataset(
         ValueError: unknown name, malformed .npz, folder without images, bad arguments.
         FileNotFoundError: a path or a CIFAR root that does not exist.
     """
-    if n is not None and (int(n) != n or n < 1):
-        raise ValueError(f"n must be a positive integer or None, got {n!r}")
-    if img_size is not None and (int(img_size) != img_size or img_size < 1):
-        raise ValueError(f"img_size must be a positive integer or None, got {img_size!r}")
+    problem = size_problem(n, img_size)
+    if problem:
+        raise ValueError(problem)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer from 0 to 2^62, got {seed!r}; give a smaller seed")
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(f"load_dataset: give a dataset name ({', '.join(DATASET_NAMES)}) or the path of an .npz file or "
+                        f"image folder (str or pathlib.Path), got {type(name_or_path).__name__} {str(name_or_path)[:60]!r}")
     key = str(name_or_path).lower() if isinstance(name_or_path, str) else None
     if key == "shapes":
         from geohead.data.shapes import make_shapes
@@ -119,6 +131,24 @@ def load_dataset(
     if img_size is not None and data.img_size != (img_size, img_size):
         data = _resized(data, int(img_size))
     return data
+
+
+def size_problem(n: Any, img_size: Any, n_name: str = "n", size_name: str = "img_size") -> str | None:
+    """Why ``n`` images at ``img_size`` cannot be asked for (None when they can): each a positive
+    integer (or None), ``n`` <= :data:`MAX_IMAGES`, ``img_size`` <= :data:`MAX_IMG_SIZE` and their
+    uint8 pixels <= :data:`MAX_PIXEL_BYTES`; the sentence names the bound and the fix."""
+    for name, value, top in ((n_name, n, MAX_IMAGES), (size_name, img_size, MAX_IMG_SIZE)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            return f"{name} must be a positive integer, got {value!r}"
+        if value > top:
+            return f"{name}={value} is above the bound of {top:,}; give at most {top:,}"
+    if n is not None and img_size is not None and int(n) * 3 * int(img_size) ** 2 > MAX_PIXEL_BYTES:
+        most = MAX_PIXEL_BYTES // (3 * int(img_size) ** 2)
+        return (f"{n_name}={n} images of {img_size}x{img_size} pixels are above the bound of {MAX_PIXEL_BYTES >> 30} GiB "
+                f"of pixels; give at most {most:,} images at this size")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +249,9 @@ def _load_npz(path: Path) -> ImageData:
         )
     if not (images.ndim == 3 or (images.ndim == 4 and images.shape[-1] in (1, 3))):
         raise ValueError(f"{str(path)!r}: 'images' must have shape (N, H, W, 3) or (N, H, W), got {images.shape}")
+    if images.shape[0] < 1 or not 1 <= images.shape[1] * images.shape[2] <= MAX_FILE_PIXELS or min(images.shape[1:3]) < 1:
+        raise ValueError(f"{str(path)!r}: 'images' has shape {images.shape}: it needs at least one image of 1 to "
+                         f"{MAX_FILE_PIXELS:,} pixels; save the images themselves")
     if labels.ndim != 1 or labels.shape[0] != images.shape[0]:
         raise ValueError(
             f"{str(path)!r}: 'labels' must have shape ({images.shape[0]},) to match the images, got {labels.shape}"
@@ -245,8 +278,6 @@ def _load_npz(path: Path) -> ImageData:
 
 
 def _load_folder(path: Path, img_size: int | None) -> ImageData:
-    from PIL import Image
-
     subdirs = sorted(d for d in path.iterdir() if d.is_dir() and not d.name.startswith("."))
     top_images = [f for f in path.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS]
     if not subdirs:
@@ -272,13 +303,7 @@ def _load_folder(path: Path, img_size: int | None) -> ImageData:
             f"class folder(s) {empty} under {str(path)!r} contain no images; remove them or add images "
             f"({', '.join(IMAGE_EXTENSIONS)})"
         )
-    arrays = []
-    for f, _ in files:
-        with Image.open(f) as im:
-            im = im.convert("RGB")
-            if img_size is not None and im.size != (img_size, img_size):
-                im = im.resize((img_size, img_size), Image.Resampling.BILINEAR, reducing_gap=None)
-            arrays.append(np.asarray(im, dtype=np.uint8))
+    arrays = [_read_image(path, f, img_size) for f, _ in files]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise ValueError(
@@ -290,3 +315,34 @@ def _load_folder(path: Path, img_size: int | None) -> ImageData:
         class_names=[d.name for d in subdirs],
         name=str(path),
     )
+
+
+def _read_image(folder: Path, f: Path, img_size: int | None) -> np.ndarray:
+    """One image of an image folder as uint8 (H, W, 3), resized to ``img_size``. Refused with a
+    ValueError naming the file: a link out of the folder, more than :data:`MAX_FILE_PIXELS`
+    pixels (checked from the header, before decoding), an empty image, a file PIL cannot decode."""
+    from PIL import Image
+
+    real = f.resolve()  # the same rule as geohead.io.path_in (a sibling module, so not imported)
+    if real != folder.resolve() and folder.resolve() not in real.parents:
+        raise ValueError(f"image {str(f)!r} is a symbolic link to {str(real)!r}, outside the image folder {str(folder)!r}; "
+                         "geohead reads only inside the folder it was given: copy the image there")
+    try:
+        with warnings.catch_warnings(), Image.open(f) as im:  # a size PIL only warns about is refused below
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            w, h = im.size
+            if w * h > MAX_FILE_PIXELS or w < 1 or h < 1:
+                raise ValueError(f"image {str(f)!r} is {w}x{h} pixels, outside 1 to {MAX_FILE_PIXELS:,} pixels; "
+                                 "resize it or remove it from the folder")
+            im = im.convert("RGB")
+            if img_size is not None and im.size != (img_size, img_size):
+                im = im.resize((img_size, img_size), Image.Resampling.BILINEAR, reducing_gap=None)
+            return np.asarray(im, dtype=np.uint8)
+    except ValueError:
+        raise
+    except Image.DecompressionBombError:
+        raise ValueError(f"image {str(f)!r} has more than {MAX_FILE_PIXELS:,} pixels; resize it or remove it from the "
+                         "folder") from None
+    except Exception as exc:  # noqa: BLE001 - PIL raises many types for a corrupt or mislabelled file
+        raise ValueError(f"image {str(f)!r} cannot be decoded ({type(exc).__name__}: {str(exc)[:100]}); "
+                         "replace it or remove it from the folder") from None
