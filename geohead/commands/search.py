@@ -111,7 +111,7 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
         result = run_search(cfg)
     except (SearchError, SpaceError) as exc:
         fail(str(exc))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # run_search said it in one line; no traceback
         sys.exit(130)
     click.echo(result.table)
     files = ["best_head.json", "pick_head.json", "trials.csv", "rungs.csv", "search.json", *result.summary.get("plots", [])]

@@ -29,6 +29,11 @@ class SearchError(ValueError):
     """Bad search settings (a value that cannot work, with the fix in the message)."""
 
 
+#: What a search reads or writes in its folder (the trial folders are checked as they are made).
+SEARCH_FILES = ("study.db", "trials.csv", "rungs.csv", "search.json", "table.txt", "best_head.json", "pick_head.json",
+                "confirm", "criteria_vs_knn.png", "pareto_front.png", "param_importances.png", "trials")
+
+
 def auto_workers(device: str, n_cpu: int | None = None, n_cuda: int | None = None) -> int:
     """``--workers auto``: one worker per visible GPU when the search runs on CUDA, else
     min(4, CPU cores) (each worker then takes cores // workers threads)."""
@@ -189,11 +194,12 @@ class SearchConfig:
         parse_constraints(self.fix, self.ranges)  # raises SpaceError (a ValueError) with the fix
         self._check_overrides()
         self._check_storage()
-        from geohead.io import folder_problem
+        from geohead.io import folder_problem, refuse_links_out
 
         problem = folder_problem(self.out_dir)
         if problem:
             raise SearchError(f"--out {str(self.out_dir)!r} cannot be written: {problem}; choose another --out folder")
+        refuse_links_out(self.out_dir, SEARCH_FILES, "search file", SearchError)
         return self
 
     def _check_choices(self) -> None:
@@ -238,6 +244,29 @@ class SearchConfig:
             raise SearchError(f"--timeout must be > 0 seconds (or 0 for no limit), got {self.timeout!r}")
         if self.screen_batch < 2:
             raise SearchError("--screen-batch must be at least 2")
+        self._check_bounds()
+
+    def _check_bounds(self) -> None:
+        """Upper bounds, before any data is made or worker spawned: image counts and side
+        (:func:`geohead.data.loaders.size_problem`), workers against the cores (CPU) or GPUs, the seed."""
+        import os
+
+        from geohead.data.loaders import size_problem
+        from geohead.training.config import MAX_SEED
+
+        for name, n in (("--n-train", self.n_train), ("--probe-train", self.probe_train), ("--probe-test", self.probe_test),
+                        ("--orbit-images", self.orbit_images), ("--screen-batch", self.screen_batch)):
+            problem = size_problem(n, self.img_size, name, "--img-size")
+            if problem:
+                raise SearchError(problem)
+        if self.workers != "auto":
+            cuda = self.device.startswith("cuda") or (self.device == "auto" and _cuda_count() > 0)
+            top, what = (_cuda_count(), "GPUs") if cuda else (os.cpu_count() or 1, "CPU cores")
+            if self.workers > top:
+                raise SearchError(f"--workers {self.workers} is more than the {top} {what} here; give at most {top} "
+                                  "(or auto)")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise SearchError(f"--seed must be an integer from 0 to 2^62, got {self.seed!r}; give a smaller seed")
 
     def _check_families(self) -> None:
         from geohead.data import ORBIT_FAMILIES
@@ -264,6 +293,12 @@ class SearchConfig:
             check_storage(self.storage)
         except ValueError as exc:
             raise SearchError(str(exc)) from None
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any], Any]:

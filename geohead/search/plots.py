@@ -29,10 +29,13 @@ def write_search_plots(out_dir: Path) -> list[Path]:
     the panel titles), ``pareto_front.png`` (orbit compression vs backbone RankMe criteria, the
     Pareto-optimal trials over the score criteria (``SCORE_CRITERIA``) marked, colour = kNN accuracy) and
     ``param_importances.png`` (η² of score and kNN accuracy per head dimension). Returns the paths
-    written (a plot without data to show is skipped). Raises ``FileNotFoundError`` without trials.csv.
+    written (a plot without data to show is skipped). Raises ``FileNotFoundError`` without trials.csv,
+    :class:`~geohead.io.OutsideFolderError` when trials.csv is a link out of ``out_dir``.
     """
+    from geohead.io import atomic_write, path_in
+
     out_dir = Path(out_dir)
-    path = out_dir / "trials.csv"
+    path = path_in(out_dir, "trials.csv", "search file")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; run `geohead search --out {out_dir}` first")
     rows = read_trials_csv(path)
@@ -43,7 +46,8 @@ def write_search_plots(out_dir: Path) -> list[Path]:
         if fig is None:
             (out_dir / name).unlink(missing_ok=True)
             continue
-        fig.savefig(out_dir / name, bbox_inches="tight")
+        # atomic_write: a link planted at the PNG's name is replaced, never written through
+        atomic_write(out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", bbox_inches="tight"))
         written.append(out_dir / name)
     return written
 

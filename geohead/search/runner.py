@@ -40,7 +40,7 @@ from geohead.search.escape import describe_criterion
 from geohead.search.inputs import TrialInputs, prepare_trial_inputs
 from geohead.search.reference import enqueue_reference, published_spec, reference_trial
 from geohead.search.storage import (count_trials, dashboard_command, describe, fail_stale, has_heartbeat, open_storage,
-                                     storage_url)
+                                     requeue_interrupted, storage_url)
 from geohead.search.study import create_study, load_worker_study, measured_heads, quiet_optuna
 from geohead.search.trial import TrialError, TrialRunner, trial_line
 
@@ -109,6 +109,8 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage, study = _open_study(cfg, url, out)
     enqueue_reference(study, inputs.space, published_spec(cfg.objective, inputs.base_spec, inputs.space))
+    for number in requeue_interrupted(study):  # stopped by a Ctrl-C: not measured, so measured now
+        say(f"trial {number} was interrupted by Ctrl-C; it runs again")
     t0 = time.time()
     deadline = t0 + cfg.timeout if cfg.timeout else None
     say(f"geohead search: {cfg.objective} on {cfg.data}, study {cfg.study_name!r} in {describe(url)}, "
@@ -122,7 +124,8 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
         stopped = _run_workers(cfg, url, deadline, bar.write if echo is None else say, inputs, bar)
     except KeyboardInterrupt:
         interrupted, stopped = True, "interrupted"
-        say("interrupted: writing the outputs of the finished trials")
+        say(f"interrupted: writing the outputs of the finished trials to {out}; rerun the same command to resume "
+            "(the interrupted trial runs again and does not count towards --trials)")
     finally:
         bar.close()
     study = optuna.load_study(study_name=cfg.study_name, storage=storage)
@@ -295,8 +298,12 @@ def prepare_and_describe(cfg: SearchConfig, echo: Callable[[str], None]) -> Tria
 
 
 def worker_main(cfg_dict: dict[str, Any], worker: int, url: str, deadline: float | None) -> None:
-    """Entry point of a spawned worker process (``cfg_dict``: ``dataclasses.asdict`` of the config)."""
-    run_worker(SearchConfig(**cfg_dict), worker, url, deadline)
+    """Entry point of a spawned worker process (``cfg_dict``: ``dataclasses.asdict`` of the config);
+    a Ctrl-C ends it quietly (its trial is marked interrupted and retried by the next run)."""
+    try:
+        run_worker(SearchConfig(**cfg_dict), worker, url, deadline)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 def _clock(seconds: float) -> str:

@@ -33,6 +33,8 @@ from typing import Any, Iterable, Mapping
 from geohead.heads import ACTIVATIONS, HeadSpec
 
 MAX_DEPTH = 8
+#: The widest hidden or output layer a search tries: 8 layers this wide stay under HeadSpec's 2^31 weights.
+MAX_WIDTH = 1 << 14
 ACTIVATION_CHOICES: tuple[str, ...] = ("silu", "gelu", "mish", "softplus", "tanh", "relu", "identity")
 NORM_CHOICES: tuple[str, ...] = ("batch", "layer", "none")
 LAST_NORM_CHOICES: tuple[str, ...] = ("none", "batch", "batch_noaffine", "layer")
@@ -242,6 +244,9 @@ def _int(key: str, raw: str, option: str, text: str) -> int:
         raise SpaceError(f"{option} {text!r}: {key} must be a positive integer, got {value}")
     if key == "depth" and value > MAX_DEPTH:
         raise SpaceError(f"{option} {text!r}: depth must be between 1 and {MAX_DEPTH}, got {value}")
+    if key != "depth" and value > MAX_WIDTH:
+        raise SpaceError(f"{option} {text!r}: {key} must be between 1 and {MAX_WIDTH} (the widest head a search "
+                         f"trains), got {value}; give a width up to {MAX_WIDTH}")
     return value
 
 

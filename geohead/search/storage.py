@@ -211,11 +211,35 @@ def has_heartbeat(storage: Any) -> bool:
 
 
 def retried_numbers(trials: list[Any]) -> set[int]:
-    """Numbers of trials that were re-enqueued by the retry callback (their retries replace them)."""
+    """Numbers of trials that were re-enqueued by the retry callback, or stopped by a Ctrl-C
+    (:data:`INTERRUPTED_ATTR`; :func:`requeue_interrupted` enqueues them again): their retries replace them."""
     out: set[int] = set()
     for t in trials:
         out.update(int(n) for n in t.system_attrs.get("retry_history", []))
+        if t.user_attrs.get(INTERRUPTED_ATTR):
+            out.add(t.number)
     return out
+
+
+#: The user attribute of a trial a Ctrl-C stopped: not measured, not counted, retried on the next run.
+INTERRUPTED_ATTR = "interrupted"
+#: User attributes a retry keeps from the trial it repeats (the published-head marker).
+_KEPT_ATTRS = ("reference",)
+
+
+def requeue_interrupted(study: Any) -> list[int]:
+    """Enqueue again, with the same parameters, every trial a Ctrl-C stopped that has no retry
+    yet (the retry records ``retry_of``); returns their numbers."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    retried = {int(t.user_attrs["retry_of"]) for t in trials if "retry_of" in t.user_attrs}
+    todo = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(INTERRUPTED_ATTR)
+            and t.number not in retried]
+    for t in todo:
+        kept = {k: v for k, v in t.user_attrs.items() if k in _KEPT_ATTRS}
+        study.enqueue_trial(t.params, user_attrs={**kept, "retry_of": t.number})
+    return [t.number for t in todo]
 
 
 def count_trials(study: Any) -> dict[str, int]:
@@ -256,4 +280,4 @@ def fail_stale(study: Any) -> None:
 
 
 __all__ = ["MAX_RETRY", "RDB_SCHEMES", "check_storage", "count_trials", "dashboard_command", "describe", "fail_stale", "has_heartbeat", "is_journal", "open_storage",
-           "retried_numbers", "storage_url"]
+           "INTERRUPTED_ATTR", "requeue_interrupted", "retried_numbers", "storage_url"]

@@ -22,6 +22,7 @@ reached).
 from __future__ import annotations
 
 import json
+import logging
 import random
 from typing import Any
 
@@ -32,12 +33,23 @@ from geohead.search.space import SearchSpace
 
 
 def quiet_optuna() -> None:
-    """Silence Optuna's "experimental feature" warnings (heartbeats, retries, multivariate TPE)."""
+    """Silence Optuna's "experimental feature" warnings (heartbeats, retries, multivariate TPE) and
+    its traceback of a trial stopped by Ctrl-C."""
     import warnings
 
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    logger = logging.getLogger("optuna.study._optimize")  # where Optuna logs a failed trial, traceback and all
+    if not any(isinstance(f, _NoInterruptTraceback) for f in logger.filters):
+        logger.addFilter(_NoInterruptTraceback())
+
+
+class _NoInterruptTraceback(logging.Filter):
+    """Drops Optuna's "trial failed" record of a trial stopped by Ctrl-C: the search says it in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
 
 
 def trial_constraint(trial: Any) -> tuple[float]:

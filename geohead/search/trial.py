@@ -45,6 +45,7 @@ from geohead.search.escape import screen_verdict
 from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES, SCORE_CRITERIA, geometric_score, score_components
 from geohead.search.inputs import TrialInputs
 from geohead.search.reference import in_space, is_reference, published_spec
+from geohead.search.storage import INTERRUPTED_ATTR
 from geohead.search.study import head_key, measured_heads, unmeasured_params
 
 
@@ -78,6 +79,9 @@ class TrialRunner:
         try:
             return self._objective(trial)
         except (optuna.TrialPruned, TrialDiverged):
+            raise
+        except KeyboardInterrupt:  # not measured: the next run retries it (storage.requeue_interrupted)
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
             raise
         except Exception as exc:  # noqa: BLE001 - one bad trial must not end a long study
             reason = f"{type(exc).__name__}: {exc}"
