@@ -4,6 +4,7 @@ once. Not a subcommand."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Callable
@@ -24,7 +25,7 @@ def _option_decorators() -> list[Callable[[Any], Any]]:
                                                     "byol, simsiam); default: what the layout says."),
         click.option("--activation", default=None, help="The head's hidden activation (weights do not record it; default: "
                                                         "the method's recipe: GELU for DINO, ReLU otherwise)."),
-        click.option("--img-size", type=int, default=None, help="Input side the model was trained at (default: a ViT's own; "
+        click.option("--img-size", type=click.IntRange(1, 1024), default=None, help="Input side the model was trained at (default: a ViT's own; "
                                                                  "32 for a CIFAR-stem ResNet, else 224, which export warns about)."),
         click.option("--mean", default=None, metavar="M1,M2,M3", help="Input normalisation mean it was trained with."),
         click.option("--std", default=None, metavar="S1,S2,S3", help="Input normalisation std it was trained with."),
@@ -44,7 +45,8 @@ def foreign_flags(values: dict[str, Any]) -> list[str]:
 
 
 def parse_model_args(items: tuple[str, ...]) -> dict[str, Any]:
-    """``KEY=VALUE`` strings as a dict (VALUE read as JSON, else kept as a string); exit 2 otherwise."""
+    """``KEY=VALUE`` strings as a dict (VALUE read as JSON, else kept as a string), checked by
+    :func:`geohead.backbones.check_model_args` (no loader keys, plain values); exit 2 otherwise."""
     out: dict[str, Any] = {}
     for item in items:
         key, eq, value = item.partition("=")
@@ -54,6 +56,12 @@ def parse_model_args(items: tuple[str, ...]) -> dict[str, Any]:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
+    from geohead.backbones import check_model_args
+
+    try:  # no loader key (checkpoint_path, pretrained, ...) and only plain values reach timm from a flag
+        check_model_args(out)
+    except ValueError as exc:
+        fail(f"--model-arg: {exc}; give only the architecture's own arguments (e.g. --model-arg patch_size=4)")
     return out
 
 
@@ -65,6 +73,8 @@ def parse_floats(name: str, text: str | None) -> list[float] | None:
         vals = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         fail(f"--{name} {text!r} is not comma-separated numbers (e.g. --{name} 0.4914,0.4822,0.4465)")
+    if not all(math.isfinite(v) for v in vals):
+        fail(f"--{name} {text!r} has a value that is not a finite number; give finite numbers (e.g. --{name} 0.25,0.25,0.25)")
     if len(vals) not in (1, 3):
         fail(f"--{name} {text!r} has {len(vals)} values; give 3 (RGB) or 1 (grayscale)")
     if name == "std" and any(v <= 0 for v in vals):
@@ -91,9 +101,11 @@ def is_geohead_source(source: str | os.PathLike) -> bool:
         return False
     from safetensors import safe_open
 
-    try:
+    from geohead.training.checkpoint import is_checkpoint_header
+
+    try:  # a damaged format tag still reads as geohead's, so its checksum is checked (and fails)
         with safe_open(str(p), framework="pt") as f:
-            return (f.metadata() or {}).get("format") == "geohead.training.checkpoint/1"
+            return is_checkpoint_header(f.metadata() or {})
     except Exception:  # noqa: BLE001 - unreadable: let geohead's reader name the problem
         return True
 

@@ -159,8 +159,12 @@ def _rebuild_config(model: nn.Module, architecture: str | None, model_args: Mapp
     from timm.models.resnet import ResNet
     from timm.models.vision_transformer import VisionTransformer
 
-    from geohead.backbones import ALIASES
+    from geohead.backbones import ALIASES, check_model_args
 
+    try:  # no loader key (pretrained, checkpoint_path, ...) and only plain values are recorded for timm
+        check_model_args(dict(model_args or {}))
+    except ValueError as exc:
+        raise ExportError(f"model_args: {exc}") from None
     if architecture in ALIASES:  # a geohead name: its timm architecture and arguments
         alias = ALIASES[architecture]
         architecture, model_args = alias.architecture, {**alias.model_args, **dict(model_args or {})}

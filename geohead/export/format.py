@@ -3,6 +3,7 @@ the tensor checksum, the metadata encoding, and the check that tensors fit a bac
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -46,6 +47,44 @@ def decode_metadata(meta: Mapping[str, str], path: Path) -> dict[str, Any]:
             except json.JSONDecodeError:
                 raise ExportError(f"{str(path)!r}: metadata {k!r} is not valid JSON (corrupted header)") from None
     return out
+
+
+#: config.json's ``geohead`` field and the files' ``geohead.`` metadata key holding :func:`integrity_checksum`.
+INTEGRITY_KEY = "integrity"
+
+
+def integrity_checksum(config: Mapping[str, Any], weights_meta: Mapping[str, str],
+                       head_meta: Mapping[str, str] | None) -> str:
+    """``"sha256:<hex>"`` over what gives an export its meaning besides its tensors: every field of
+    config.json (architecture, model_args, mean/std, input size, the tensor checksums) and the whole
+    metadata of model.safetensors and head.safetensors, each but the integrity checksum itself."""
+    cfg = json.loads(json.dumps(config))
+    if isinstance(cfg.get("geohead"), dict):
+        cfg["geohead"].pop(INTEGRITY_KEY, None)
+    key = "geohead." + INTEGRITY_KEY
+
+    def strip(meta: Mapping[str, str] | None) -> dict[str, str] | None:
+        return None if meta is None else {k: v for k, v in meta.items() if k != key}
+
+    return tensor_checksum({}, {"config": cfg, "weights": strip(weights_meta), "head": strip(head_meta)})
+
+
+def nonfinite_problem(tensors: Mapping[str, Tensor], mean: Any = None, std: Any = None) -> str | None:
+    """Why these weights or this normalisation cannot be exported or loaded (NaN/inf values, a std
+    that is not positive), naming the first bad one; None when they can."""
+    for name, t in tensors.items():
+        if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
+            return f"tensor {name!r} holds NaN or inf values (the run diverged?)"
+    for label, values in (("mean", mean), ("std", std)):
+        if values is None:
+            continue
+        try:
+            vals = [float(v) for v in values]
+        except (TypeError, ValueError):
+            return f"{label} {values!r} is not a list of numbers"
+        if not all(math.isfinite(v) for v in vals) or (label == "std" and not all(v > 0 for v in vals)):
+            return f"{label} {vals} must be finite numbers{' above 0' if label == 'std' else ''}"
+    return None
 
 
 # ---------------------------------------------------------------------- architecture check
@@ -111,6 +150,6 @@ def check_architecture(config: dict[str, Any], tensors: Mapping[str, Tensor], wh
 
 
 __all__ = [
-    "CONFIG_NAME", "DTYPES", "EXPORT_FORMAT", "ExportError", "HEAD_FORMAT", "HEAD_SPEC_NAME", "HEAD_WEIGHTS_NAME",
+    "CONFIG_NAME", "DTYPES", "EXPORT_FORMAT", "ExportError", "INTEGRITY_KEY", "integrity_checksum", "nonfinite_problem", "HEAD_FORMAT", "HEAD_SPEC_NAME", "HEAD_WEIGHTS_NAME",
     "WEIGHTS_NAME", "check_architecture", "decode_metadata", "encode_metadata", "shape_mismatch", "tensor_checksum",
 ]

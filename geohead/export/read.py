@@ -11,11 +11,11 @@ import torch
 from torch import Tensor, nn
 
 from geohead.export.format import (
-    CONFIG_NAME, EXPORT_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, WEIGHTS_NAME, ExportError, check_architecture,
-    decode_metadata, shape_mismatch, tensor_checksum,
+    CONFIG_NAME, EXPORT_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, INTEGRITY_KEY, WEIGHTS_NAME, ExportError,
+    check_architecture, decode_metadata, integrity_checksum, nonfinite_problem, shape_mismatch, tensor_checksum,
 )
 from geohead.heads import GeometricHead, HeadSpec
-from geohead.io import SafetensorsReadError, read_safetensors
+from geohead.io import SafetensorsReadError, path_in, read_safetensors
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -34,12 +34,14 @@ def _read_safetensors(path: Path, what: str, tensors: bool = True) -> tuple[dict
 
 def read_config(path: str | os.PathLike) -> dict[str, Any]:
     """The parsed ``config.json`` of an export folder (with its ``geohead`` section)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ExportError(f"give the export folder as a str or pathlib.Path, got {type(path).__name__} {str(path)[:60]!r}")
     d = Path(path)
     if not d.exists():
         raise ExportError(f"export folder {str(d)!r} does not exist; give the folder written by geohead export")
     if not d.is_dir():
         raise ExportError(f"{str(d)!r} is not a folder; give the folder written by geohead export (it holds {CONFIG_NAME} and {WEIGHTS_NAME})")
-    cfg_path = d / CONFIG_NAME
+    cfg_path = _inside(d, CONFIG_NAME)
     if not cfg_path.is_file():
         raise ExportError(f"{str(d)!r} has no {CONFIG_NAME}; it is not a geohead export folder")
     try:
@@ -85,6 +87,8 @@ def load_backbone(path: str | os.PathLike, *, verify: bool = True, device: str |
                 f"{str(d / WEIGHTS_NAME)!r} fails its checksum (config {want}, file metadata "
                 f"{meta.get('checksum')}, tensors {got}): the file is corrupted or was replaced; export again"
             )
+        _check_integrity(d, config, raw, meta)
+        _check_finite(d / WEIGHTS_NAME, tensors, config.get("pretrained_cfg") or {})
     model = check_architecture(g["backbone"], tensors, f"{str(d / WEIGHTS_NAME)!r}", load=True)
     model.geohead_export = g
     return model.to(device).eval()
@@ -108,6 +112,9 @@ def load_head(path: str | os.PathLike, *, verify: bool = True) -> GeometricHead:
     except (ValueError, FileNotFoundError) as exc:
         raise ExportError(f"{str(spec_path)!r}: {exc}") from None
     if verify:
+        raw_weights = _read_safetensors(_inside(d, WEIGHTS_NAME), "weights file", tensors=False)[1]
+        _check_integrity(d, config, raw_weights, decode_metadata(raw_weights, d / WEIGHTS_NAME))
+        _check_finite(d / HEAD_WEIGHTS_NAME, tensors, {})
         covers_spec = g.get("head_checksum_covers") == "tensors+spec"  # exports before the spec was covered: tensors
         if tensor_checksum(tensors, spec_dict if covers_spec else None) != g.get("head_checksum"):
             raise ExportError(f"{str(d / HEAD_WEIGHTS_NAME)!r} + {HEAD_SPEC_NAME} fail their checksum: the head or its "
@@ -123,14 +130,34 @@ def load_head(path: str | os.PathLike, *, verify: bool = True) -> GeometricHead:
     return head.eval()
 
 
+def _check_integrity(d: Path, config: dict[str, Any], raw_weights: dict[str, str], weights: dict[str, Any]) -> None:
+    """config.json and the files' headers as exported (:func:`~geohead.export.format.integrity_checksum`).
+    The checksum sits in config.json and in each file's header: one copy missing or different is a
+    change, so an edit cannot switch the check off; exports from before it carry it in neither."""
+    want = {config["geohead"].get(INTEGRITY_KEY), weights.get(INTEGRITY_KEY)}
+    head_raw = None
+    if (config["geohead"].get("files") or {}).get("head"):
+        head_raw = _read_safetensors(_inside(d, HEAD_WEIGHTS_NAME), "head file", tensors=False)[1]
+        want.add(decode_metadata(head_raw, d / HEAD_WEIGHTS_NAME).get(INTEGRITY_KEY))
+    if want == {None}:
+        return  # written before config.json and the headers were covered: the tensor checksums still hold
+    got = integrity_checksum(config, raw_weights, head_raw)
+    if want != {got}:
+        raise ExportError(f"{str(d)!r}: {CONFIG_NAME} or a file's header changed after export (integrity checksum "
+                          f"{sorted(map(str, want))} recorded, {got} now): an edit or corruption; export again")
+
+
+def _check_finite(path: Path, tensors: dict[str, Tensor], pretrained_cfg: dict[str, Any]) -> None:
+    """Weights and the recorded normalisation must be finite numbers (std above 0)."""
+    bad = nonfinite_problem(tensors, pretrained_cfg.get("mean"), pretrained_cfg.get("std"))
+    if bad:
+        raise ExportError(f"{str(path)!r}: {bad}; export again from a finite checkpoint")
+
+
 def _inside(folder: Path, name: str) -> Path:
-    """``folder / name``, refused when it resolves outside ``folder`` (a link to elsewhere):
+    """``folder / name``, refused when a link leads it outside ``folder`` (:func:`geohead.io.path_in`):
     loading reads only the export's own files."""
-    path = folder / name
-    if path.exists() and not path.resolve().is_relative_to(folder.resolve()):
-        raise ExportError(f"{str(path)!r} links to {str(path.resolve())!r}, outside the export folder; "
-                          "an export's files must lie in its folder (copy the file there)")
-    return path
+    return path_in(folder, name, "export file", ExportError)
 
 
 __all__ = ["load_backbone", "load_head", "read_config", "read_metadata"]

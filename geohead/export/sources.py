@@ -78,6 +78,8 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool, **foreign
     head = None
     if backbone is not model:  # geohead's SSLModel has .head, lightly's models .projection_head
         head = next((h for h in (getattr(model, n, None) for n in ("head", "projection_head")) if isinstance(h, nn.Module)), None)
+    if getattr(backbone, "geohead_config", None) is None:  # torchvision's ResNet: read as the CLI reads its file
+        backbone = _torchvision_resnet(backbone, foreign.get("architecture"), foreign.get("img_size")) or backbone
     config = getattr(backbone, "geohead_config", None)
     if isinstance(config, dict):
         tensors = dict(backbone.state_dict())
@@ -111,6 +113,28 @@ def source_of_module(model: nn.Module, with_head: bool, teacher: bool, **foreign
         + ("" if hasattr(backbone, "geohead_config") else " (built by timm, not geohead)"),
     }
     return Source(dict(config), tensors, head_tensors, head_spec, provenance)
+
+
+def _torchvision_resnet(module: nn.Module, architecture: str | None, img_size: int | None) -> nn.Module | None:
+    """The timm ResNet holding the weights of a torchvision ResNet, or of the
+    ``nn.Sequential(*list(resnet.children())[:-1])`` lightly's docs build, read from its state_dict
+    as ``geohead export`` reads the same file (classifier dropped); None for any other module."""
+    from timm.models.resnet import ResNet
+
+    if isinstance(module, ResNet) or hasattr(module, "pretrained_cfg"):
+        return None  # timm's own: checked bit for bit by geohead.export.foreign
+    from geohead.pretrained.layouts import _unnumber_resnet
+
+    state, _ = _unnumber_resnet(dict(module.state_dict()))
+    if not {"conv1.weight", "bn1.weight", "layer1.0.conv1.weight"} <= set(state):
+        return None
+    from geohead.pretrained.backbone import build_backbone
+
+    try:
+        return build_backbone({k: v for k, v in state.items() if not k.startswith("fc.")}, architecture, img_size=img_size)
+    except ValueError as exc:
+        raise ExportError(f"{type(module).__name__} holds a torchvision ResNet's tensors that no timm ResNet fits: {exc}; "
+                          "pass architecture='<resnet18, resnet50, ...>' for the depth it was built with") from None
 
 
 __all__ = ["Source", "source_of_checkpoint", "source_of_module"]

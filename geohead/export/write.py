@@ -15,11 +15,11 @@ from torch import Tensor, nn
 from geohead._version import __version__
 from geohead.training.checkpoint import Checkpoint, load_checkpoint
 from geohead.export.format import (
-    CONFIG_NAME, DTYPES, EXPORT_FORMAT, HEAD_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, WEIGHTS_NAME, ExportError,
-    check_architecture, encode_metadata, tensor_checksum,
+    CONFIG_NAME, DTYPES, EXPORT_FORMAT, HEAD_FORMAT, HEAD_SPEC_NAME, HEAD_WEIGHTS_NAME, INTEGRITY_KEY, WEIGHTS_NAME,
+    ExportError, check_architecture, encode_metadata, integrity_checksum, nonfinite_problem, tensor_checksum,
 )
 from geohead.export.sources import source_of_checkpoint, source_of_module
-from geohead.io import atomic_write_text, default_mode, folder_problem, fsync_dir, save_safetensors
+from geohead.io import atomic_write_text, default_mode, disk_error, folder_problem, fsync_dir, save_safetensors
 
 
 @dataclasses.dataclass
@@ -180,6 +180,11 @@ def export_backbone(
             recorded architecture, an occupied ``out_dir``.
         CheckpointError: a missing, truncated, corrupted or non-geohead checkpoint.
     """
+    if not isinstance(source, (str, os.PathLike, nn.Module, Checkpoint)):
+        raise ExportError(f"source must be a run folder or checkpoint path (str or pathlib.Path), a Checkpoint or an "
+                          f"nn.Module, got {type(source).__name__} {str(source)[:60]!r}")
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise ExportError(f"out_dir must be a folder path (str or pathlib.Path), got {type(out_dir).__name__} {str(out_dir)[:60]!r}")
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
     problem = folder_problem(out_dir)
@@ -197,6 +202,10 @@ def export_backbone(
     model = check_architecture(src.config, src.tensors, f"backbone of {src.provenance['source']!r}")
     _warn_defaults(src, mean, std)
     mean, std = _normalisation(src, model, mean, std)
+    bad = nonfinite_problem({**src.tensors, **{f"head.{k}": v for k, v in (src.head or {}).items()}}, mean, std)
+    if bad:
+        raise ExportError(f"cannot export {src.provenance['source']!r}: {bad}; export a checkpoint from before the "
+                          "run diverged, or give finite --mean/--std")
 
     tensors = _cast(src.tensors, DTYPES[dtype])
     head_tensors = _cast(src.head, DTYPES[dtype]) if src.head is not None else None
@@ -208,7 +217,10 @@ def export_backbone(
 
     out = Path(out_dir)
     recovered = recover_interrupted(out)
-    _write_folder(out, overwrite, src, config, tensors, head_tensors, dtype, checksum, head_checksum)
+    try:
+        _write_folder(out, overwrite, src, config, tensors, head_tensors, dtype, checksum, head_checksum)
+    except OSError as exc:  # a full or read-only disk: the old export (if any) is untouched
+        raise disk_error(exc, out) from None
     has_head = head_tensors is not None
     return ExportResult(
         out_dir=out,
@@ -341,15 +353,21 @@ def _write_folder(out: Path, overwrite: bool, src: Any, config: dict[str, Any], 
     """Write the export into a temporary sibling of ``out`` and rename it into place, so a failure
     leaves nothing half-written."""
     extra = {"format": EXPORT_FORMAT, "dtype": dtype, "backbone": src.config, "checksum": checksum}
+    weights_meta = encode_metadata(src.provenance, extra)
+    head_meta = None if head_tensors is None else encode_metadata(
+        {"head_spec": src.head_spec, "source": src.provenance["source"], "branch": src.provenance["branch"]},
+        {"format": HEAD_FORMAT, "dtype": dtype, "checksum": head_checksum})
+    integrity = integrity_checksum(config, weights_meta, head_meta)  # config.json and both headers, as written
+    config["geohead"][INTEGRITY_KEY] = integrity
+    for meta in (weights_meta, head_meta):
+        if meta is not None:
+            meta["geohead." + INTEGRITY_KEY] = json.dumps(integrity)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
-        save_safetensors(tmp / WEIGHTS_NAME, tensors, encode_metadata(src.provenance, extra))
+        save_safetensors(tmp / WEIGHTS_NAME, tensors, weights_meta)
         if head_tensors is not None:
-            save_safetensors(tmp / HEAD_WEIGHTS_NAME, head_tensors, encode_metadata(
-                {"head_spec": src.head_spec, "source": src.provenance["source"], "branch": src.provenance["branch"]},
-                {"format": HEAD_FORMAT, "dtype": dtype, "checksum": head_checksum},
-            ))
+            save_safetensors(tmp / HEAD_WEIGHTS_NAME, head_tensors, head_meta)
             atomic_write_text(tmp / HEAD_SPEC_NAME, json.dumps(src.head_spec, indent=2, sort_keys=True) + "\n")
         atomic_write_text(tmp / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
         os.chmod(tmp, default_mode(folder=True))  # mkdtemp makes it 0700

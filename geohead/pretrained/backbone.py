@@ -87,8 +87,12 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
             CIFAR stem and 224 otherwise).
     Shapes: ``backbone(x)`` (B, C, S, S) -> (B, d).
     """
-    from geohead.backbones import create_backbone
+    from geohead.backbones import check_model_args, create_backbone
 
+    try:  # no loader key (pretrained, checkpoint_path, ...) and only plain values reach timm
+        check_model_args(dict(model_args or {}))
+    except ValueError as exc:
+        raise PretrainedError(f"model_args: {exc}") from None
     inferred_img = None
     if architecture is None:
         architecture, args, inferred_img = infer_architecture(state)
@@ -120,4 +124,26 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
     return model.eval()
 
 
-__all__ = ["build_backbone", "infer_architecture"]
+def check_model_inputs(backbone: Any, head: Any, mean: Any = None, std: Any = None, **optional: Any) -> None:
+    """What :func:`geohead.pretrained.diagnose.diagnose_model` is given, checked before any data is
+    loaded: ``backbone`` and ``head`` are ``nn.Module``s (``optional`` ones, e.g. ``teacher_head``,
+    are None or modules), ``mean``/``std`` 1 or 3 finite numbers (std above 0). Raises
+    :class:`PretrainedError` (a ValueError) naming the argument and the fix."""
+    for name, module in (("backbone", backbone), ("head", head), *optional.items()):
+        if not isinstance(module, nn.Module) and (module is not None or name in ("backbone", "head")):
+            raise PretrainedError(f"{name} must be a torch nn.Module, got {type(module).__name__} {str(module)[:60]!r}; "
+                                  "pass the model itself (for a checkpoint file use geohead.diagnose_pretrained(path))")
+    for name, values in (("mean", mean), ("std", std)):
+        if values is None:
+            continue
+        try:
+            vals = [float(v) for v in values]
+        except (TypeError, ValueError):
+            raise PretrainedError(f"{name} must be 1 or 3 numbers, got {values!r}") from None
+        bad = len(vals) not in (1, 3) or not all(math.isfinite(v) for v in vals) or (name == "std" and min(vals) <= 0)
+        if bad:
+            raise PretrainedError(f"{name} {vals} must be 1 or 3 finite numbers{' above 0' if name == 'std' else ''}; "
+                                  "give the normalisation the backbone was trained with")
+
+
+__all__ = ["build_backbone", "check_model_inputs", "infer_architecture"]
