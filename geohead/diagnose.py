@@ -88,6 +88,9 @@ class DiagnoseSettings:
         bad = [f for f in self.families if f not in ORBIT_FAMILIES]
         if bad:
             raise ValueError(f"unknown orbit families {bad}; choose from {list(ORBIT_FAMILIES)}")
+        if not self.families:
+            raise ValueError(f"no orbit families given; name at least one of {list(ORBIT_FAMILIES)} (e.g. --families rotate,hue)")
+        _check_bounds(self)
         for key in ("n_test", "n_train", "n_orbit_images", "density_probes", "density_steps"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
@@ -97,6 +100,17 @@ class DiagnoseSettings:
             if getattr(self, key) < 2:
                 raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
         return self
+
+
+def _check_bounds(s: DiagnoseSettings) -> None:
+    """Image counts and the seed within geohead's bounds (:func:`geohead.data.loaders.size_problem`), before any data is made."""
+    from geohead.data.loaders import MAX_SEED, size_problem
+
+    problem = next(filter(None, (size_problem(getattr(s, k), None, k) for k in ("n_test", "n_train", "n_orbit_images"))), None)
+    if problem:
+        raise ValueError(problem)
+    if isinstance(s.seed, bool) or not isinstance(s.seed, int) or not 0 <= s.seed <= MAX_SEED:
+        raise ValueError(f"seed must be an integer from 0 to 2^62, got {s.seed!r}; give a smaller seed")
 
 
 def _config(meta: dict[str, Any], s: DiagnoseSettings):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import json
+import numbers
 import time
 from collections import deque
 from pathlib import Path
@@ -145,8 +146,12 @@ class GeometryMonitor:
     ) -> None:
         if not isinstance(backbone, nn.Module) or not isinstance(head, nn.Module):
             raise TypeError("GeometryMonitor(backbone, head, ...) needs two nn.Module objects")
-        if (every is not None and int(every) < 1) or int(calls_per_step) < 1:
-            raise ValueError(f"every and calls_per_step must be >= 1, got every={every}, calls_per_step={calls_per_step}")
+        counts = {"every": every, "calls_per_step": calls_per_step, "hessian_every": hessian_every}
+        for name, value in counts.items():  # whole numbers: every=2.5 would silently record every 2nd step
+            if (value is not None or name != "every") and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                                            or value < (0 if name == "hessian_every" else 1)):
+                raise ValueError(f"GeometryMonitor {name} must be a whole number >= {0 if name == 'hessian_every' else 1}, "
+                                 f"got {value!r}")
         if hessian_every and objective is None:
             raise ValueError("hessian_every needs the loss: pass objective=<geohead objective or loss(a, b) module>")
         if log_file is not None and Path(log_file).suffix not in (".jsonl", ".csv"):

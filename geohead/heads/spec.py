@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -160,6 +161,9 @@ class HeadSpec:
         :class:`~pathlib.Path`, or a ``str`` that is not JSON). Raises
         :class:`~geohead.errors.SpecError` for anything that is not a spec, FileNotFoundError
         for a missing file."""
+        if not isinstance(text_or_path, (str, os.PathLike)):
+            raise SpecError(f"a head spec is JSON text or the path of a .json file (str or pathlib.Path), got "
+                            f"{type(text_or_path).__name__} {_short(text_or_path)}")
         text = text_or_path if isinstance(text_or_path, str) else None
         where = "head spec"
         if text is None or not text.lstrip().startswith(("{", "[", '"')) and not _is_json_scalar(text):

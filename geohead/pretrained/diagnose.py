@@ -77,7 +77,9 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     Returns: the JSON-ready report (strict JSON: NaN as "nan").
     """
     from geohead.data import load_dataset
+    from geohead.pretrained.backbone import check_model_inputs
 
+    check_model_inputs(backbone, head, mean, std, teacher_head=teacher_head, predictor=predictor)
     s = (settings or DiagnoseSettings()).validate()
     say = _Clock(progress)
     from geohead.training.model import resolve_device

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from geohead.io import folder_problem
+from geohead.io import folder_problem, refuse_links_out
 from geohead.plotting import MatplotlibMissing, require_matplotlib
 from geohead.report.run_plots import (
     plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression, read_metrics,
@@ -303,6 +303,7 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     problem = folder_problem(out)
     if problem:
         raise ReportError(f"cannot write the report to {str(out)!r}: {problem}; give another --out folder")
+    refuse_links_out(folder, _READS, "report input", ReportError)  # nothing read or drawn through a link out
     if kind == "search":
         _check_trials(folder / "trials.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -317,6 +318,11 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ReportResult(out / "report.html", [moved.get(p, p) for p in page.pngs], kind, page.notes)
+
+
+#: The files a report reads in its folder (and the search PNGs it redraws there).
+_READS = ("metrics.jsonl", "config.json", "summary.json", "diagnose.json", "search.json", "trials.csv", "best_head.json",
+          "criteria_vs_knn.png", "pareto_front.png", "param_importances.png")
 
 
 def _draw(folder: Path, kind: str, out: Path, diag: Path) -> _Page:
