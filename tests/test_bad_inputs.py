@@ -325,3 +325,301 @@ def test_api_bad_input_raises_geoheads_error(inside, case: str, call, error: str
 
 def test_the_table_is_large_enough() -> None:
     assert len(CLI) + len(API) >= 60
+
+
+# ---------------------------------------------------------------------- trust, second pass
+# Links planted in the folders geohead reads and writes, loader options at every entry, sizes past
+# their bounds, and runtime failures that are the input's fault. The same promise as above: exit
+# 2, no traceback, the bad value or file named, and nothing in the world written or changed (the
+# targets of the links included: they live in world/outside).
+HAS_PROC = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG's signature and IHDR chunk claiming ``width`` x ``height`` pixels (no pixel data):
+    what a decompression bomb looks like to a reader that checks the header."""
+    import struct
+    import zlib
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = b"IHDR" + ihdr
+    return b"\x89PNG\r\n\x1a\n" + struct.pack(">I", len(ihdr)) + chunk + struct.pack(">I", zlib.crc32(chunk))
+
+
+def _image_folder(root: Path, files: dict[str, bytes | None]) -> None:
+    """Two class folders of 8x8 PNGs, plus ``files`` (class/name -> bytes) written as given."""
+    from PIL import Image
+
+    for c in ("a", "b"):
+        (root / c).mkdir(parents=True, exist_ok=True)
+        for i in range(2):
+            Image.fromarray(np.full((8, 8, 3), 40 * i + (c == "b") * 100, np.uint8)).save(root / c / f"{i}.png")
+    for name, data in files.items():
+        if data is not None:
+            (root / name).write_bytes(data)
+
+
+def _link(folder: Path, name: str, target: Path) -> None:
+    (folder / name).unlink(missing_ok=True)
+    os.symlink(target, folder / name)
+
+
+@pytest.fixture(scope="module")
+def planted(prepared) -> Path:
+    """Folders with links to world/outside at each name a command reads or writes, image folders
+    with a bad image each, a checkpoint whose tensors do not fit its header, an export."""
+    from geohead.export import export_backbone
+    from geohead.training.checkpoint import load_checkpoint, save_checkpoint
+
+    w = prepared
+    if (w / "outside").exists():
+        return w
+    out = w / "outside"
+    out.mkdir()
+    for name in ("victim.txt", "victim.png", "secret.json"):
+        (out / name).write_text("precious, outside every folder geohead was given\n")
+    shutil.copy(w / "run" / "last.ckpt", out / "last.ckpt")
+    shutil.copy(w / "run" / "metrics.jsonl", out / "metrics.jsonl")
+    for name, target in {"metrics.jsonl": "metrics.jsonl", "last.ckpt": "last.ckpt", "summary.json": "secret.json",
+                         "config.json": "secret.json", "diagnose.json": "secret.json"}.items():
+        folder = w / f"run_link_{name.split('.')[0]}"
+        shutil.copytree(w / "run", folder)
+        _link(folder, name, out / target)
+    for name, target in {"criteria_vs_knn.png": "victim.png", "trials.csv": "victim.txt", "search.json": "secret.json",
+                         "study.db": "victim.txt"}.items():
+        folder = w / f"search_link_{name.split('.')[0]}"
+        folder.mkdir()
+        (folder / "trials.csv").write_text("number,state\n0,COMPLETE\n")
+        _link(folder, name, out / target)
+    export_backbone(w / "run", w / "exp_ok", with_head=True)
+    for name in ("config.json", "head.json"):
+        shutil.copytree(w / "exp_ok", w / f"exp_link_{name.split('.')[0]}")
+        shutil.copy(w / "exp_ok" / name, out / f"exp_{name}")
+        _link(w / f"exp_link_{name.split('.')[0]}", name, out / f"exp_{name}")
+    shutil.copytree(w / "exp_ok", w / "exp_pretrained")
+    cfg = json.loads((w / "exp_ok" / "config.json").read_text())
+    cfg["geohead"]["backbone"]["model_args"]["pretrained"] = True
+    (w / "exp_pretrained" / "config.json").write_text(json.dumps(cfg))
+    (out / "img.png").write_bytes((w / "run" / "head.json").read_bytes())
+    _image_folder(w / "images_link", {})
+    _link(w / "images_link" / "a", "x.png", out / "img.png")
+    _image_folder(w / "images_corrupt", {"a/bad.png": b"this is not a PNG"})
+    _image_folder(w / "images_big", {"a/big.png": _png_header(5000, 5000)})
+    _image_folder(w / "images_bomb", {"b/bomb.png": _png_header(30000, 30000)})
+    np.savez(w / "zero_pixels.npz", images=np.zeros((4, 0, 0, 3), np.uint8), labels=np.zeros(4, np.int64))
+    ck = load_checkpoint(w / "run")
+    name = next(k for k in ck.tensors if k.startswith("model.backbone.") and ck.tensors[k].ndim == 4)
+    tensors = {**ck.tensors, name: torch.zeros(3, 3)}  # another shape under a checksum that holds
+    shutil.copytree(w / "run", w / "run_shape")
+    save_checkpoint(w / "run_shape" / "last.ckpt", tensors, ck.meta)
+    save_checkpoint(w / "shape.ckpt", tensors, ck.meta)
+    return w
+
+
+BIG = "1000000000"
+TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
+    "symlink": [
+        ("train-metrics-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_metrics"], "metrics.jsonl"),
+        ("train-ckpt-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_last"], "last.ckpt"),
+        ("train-summary-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_summary"], "summary.json"),
+        ("train-config-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_config"], "config.json"),
+        ("train-images-link-out", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="images_link"'], "x.png"),
+        ("search-plot-link-out", ["search", *SEARCH_TINY, "--out", "search_link_criteria_vs_knn"], "criteria_vs_knn.png"),
+        ("search-trials-link-out", ["search", *SEARCH_TINY, "--out", "search_link_trials"], "trials.csv"),
+        ("search-study-db-link-out", ["search", *SEARCH_TINY, "--out", "search_link_study"], "study.db"),
+        ("search-images-link-out", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_link"], "x.png"),
+        ("report-summary-link-out", ["report", "run_link_summary", "--out", "r"], "summary.json"),
+        ("report-config-link-out", ["report", "run_link_config", "--out", "r"], "config.json"),
+        ("report-metrics-link-out", ["report", "run_link_metrics", "--out", "r"], "metrics.jsonl"),
+        ("report-diagnose-link-out", ["report", "run_link_diagnose", "--out", "r"], "diagnose.json"),
+        ("report-search-plot-link-out", ["report", "search_link_criteria_vs_knn", "--out", "r"], "criteria_vs_knn.png"),
+        ("report-trials-link-out", ["report", "search_link_trials", "--out", "r"], "trials.csv"),
+        ("report-search-json-link-out", ["report", "search_link_search", "--out", "r"], "search.json"),
+        ("export-ckpt-link-out", ["export", "run_link_last", "--out", "e"], "last.ckpt"),
+        ("export-diagnose-of-export-config-link-out", ["diagnose", "exp_link_config", "--json", "d.json"], "config.json"),
+        ("diagnose-ckpt-link-out", ["diagnose", "run_link_last", "--json", "d.json"], "last.ckpt"),
+    ],
+    "loader-keys": [
+        ("diagnose-model-arg-pretrained", ["diagnose", "weights.safetensors", "--architecture", "resnet18", "--model-arg",
+                                           "pretrained=true", "--json", "d.json"], "pretrained"),
+        ("diagnose-model-arg-checkpoint-path", ["diagnose", "weights.safetensors", "--architecture", "resnet18",
+                                                "--model-arg", "checkpoint_path=/etc/passwd", "--json", "d.json"], "checkpoint_path"),
+        ("export-model-arg-pretrained-cfg", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18",
+                                             "--model-arg", 'pretrained_cfg={"file": "/etc/passwd"}'], "pretrained_cfg"),
+        ("export-model-arg-cache-dir", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18",
+                                        "--model-arg", "cache_dir=/tmp"], "cache_dir"),
+        ("export-model-arg-file", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18",
+                                   "--model-arg", "file=x.pth"], "file"),
+        ("export-model-arg-path-value", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18",
+                                         "--model-arg", "act_layer=../../etc/x"], "act_layer"),
+        ("export-model-arg-nested-value", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18",
+                                           "--model-arg", "layers=[[1, 2]]"], "layers"),
+        ("train-backbone-args-cache-dir", ["train", RECIPE, *TRAIN_TINY, "--set", 'backbone.args={cache_dir="/tmp"}'], "cache_dir"),
+        ("train-backbone-args-features-only", ["train", RECIPE, *TRAIN_TINY, "--set", "backbone.args={features_only=true}"], "features_only"),
+    ],
+    "bounds": [
+        ("search-n-train-huge", ["search", *SEARCH_TINY, "--out", "s", "--n-train", BIG], BIG),
+        ("search-probe-test-huge", ["search", *SEARCH_TINY, "--out", "s", "--probe-test", BIG], BIG),
+        ("search-probe-train-huge", ["search", *SEARCH_TINY, "--out", "s", "--probe-train", BIG], BIG),
+        ("search-img-size-huge", ["search", *SEARCH_TINY, "--out", "s", "--img-size", "100000"], "1,024"),
+        ("search-pixels-huge", ["search", *SEARCH_TINY, "--out", "s", "--img-size", "1024", "--probe-train", "2000"], "GiB"),
+        ("search-workers-huge", ["search", *SEARCH_TINY, "--out", "s", "--workers", "1000"], "1000"),
+        ("search-fix-hidden-dim-huge", ["search", *SEARCH_TINY, "--out", "s", "--fix", f"hidden_dim={BIG}"], "16384"),
+        ("search-range-out-dim-huge", ["search", *SEARCH_TINY, "--out", "s", "--range", f"out_dim=8:{BIG}"], "16384"),
+        ("search-seed-huge", ["search", *SEARCH_TINY, "--out", "s", "--seed", str(2 ** 65)], str(2 ** 65)),
+        ("search-image-too-many-pixels", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_big"], "big.png"),
+        ("search-image-bomb", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_bomb"], "bomb.png"),
+        ("train-n-train-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"data.n_train={BIG}"], "data.n_train"),
+        ("train-n-test-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"data.n_test={BIG}"], "data.n_test"),
+        ("train-probe-n-test-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"probe.n_test={BIG}"], "probe.n_test"),
+        ("train-img-size-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "data.img_size=100000"], "data.img_size"),
+        ("train-seed-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"seed={2 ** 65}"], "seed"),
+        ("diagnose-n-test-huge", ["diagnose", "run", "--json", "d.json", "--n-test", BIG], BIG),
+        ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
+        ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
+        ("diagnose-img-size-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--img-size", "0",
+                                    "--json", "d.json"], "--img-size"),
+        ("export-img-size-zero", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18_w16",
+                                  "--img-size", "0"], "--img-size"),
+        ("export-img-size-huge", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18_w16",
+                                  "--img-size", "100000"], "1024"),
+    ],
+    "runtime": [
+        ("diagnose-device-tpu", ["diagnose", "run", "--json", "d.json", "--device", "tpu"], "tpu"),
+        ("train-device-tpu", ["train", RECIPE, *TRAIN_TINY, "--device", "tpu"], "tpu"),
+        ("search-device-tpu", ["search", *SEARCH_TINY[:-2], "--out", "s", "--device", "tpu"], "tpu"),
+        ("search-corrupt-image", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_corrupt"], "bad.png"),
+        ("train-corrupt-image", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="images_corrupt"'], "bad.png"),
+        ("search-zero-pixel-images", ["search", *SEARCH_TINY, "--out", "s", "--data", "zero_pixels.npz"], "zero_pixels.npz"),
+        ("train-resume-wrong-shape", ["train", RECIPE, *TRAIN_TINY, "--out", "run_shape"], "do not fit"),
+        ("diagnose-wrong-shape", ["diagnose", "shape.ckpt", "--json", "d.json"], "do not fit"),
+        ("export-wrong-shape", ["export", "shape.ckpt", "--out", "e"], "shape.ckpt"),
+        ("export-std-nan", ["export", "run", "--out", "e", "--std", "nan,nan,nan"], "nan"),
+        ("export-mean-inf", ["export", "run", "--out", "e", "--mean", "inf,0,0"], "inf"),
+        ("diagnose-no-families", ["diagnose", "run", "--json", "d.json", "--families", ","], "no orbit families"),
+        ("diagnose-std-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--std", "0,0,0",
+                               "--json", "d.json"], "--std"),
+    ],
+}
+TRUST_CLI_MARKED = [pytest.param(*c, id=f"{kind}:{c[0]}") for kind, cases in TRUST_CLI.items() for c in cases] + [
+    pytest.param(*c, marks=HAS_PROC, id=f"runtime:{c[0]}") for c in [
+        ("export-out-proc", ["export", "run", "--out", "/proc/x"], "/proc"),
+        ("report-out-proc", ["report", "run", "--out", "/proc/x"], "/proc"),
+        ("diagnose-json-proc", ["diagnose", "run", "--json", "/proc/x/d.json"], "/proc"),
+        ("train-out-proc", ["train", RECIPE, *TRAIN_TINY, "--out", "/proc/x"], "/proc"),
+        ("search-out-proc", ["search", *SEARCH_TINY, "--out", "/proc/x"], "/proc"),
+    ]]
+
+
+@pytest.mark.parametrize("case, args, needle", TRUST_CLI_MARKED)
+def test_cli_trust_case_is_clean(planted, inside, case: str, args: list[str], needle: str) -> None:
+    """Exit 2, no traceback, the bad value named; ``inside`` checks that nothing in the world (the
+    links' targets in world/outside included) was written or changed."""
+    test_cli_bad_input_is_clean(planted, inside, case, args, needle)
+
+
+def _trust_api_cases() -> dict[str, list[tuple[str, Callable[[Path], Any], str, str]]]:
+    """(case, call(world), error class name, needle) by class."""
+    import geohead.backbones as bb
+    from geohead.data import load_dataset
+    from geohead.io import path_in
+
+    def search(**kw: Any) -> Callable[[Path], Any]:
+        from geohead.search import SearchConfig
+
+        return lambda w: SearchConfig(**{"out": "s", "device": "cpu", **kw}).validate()
+
+    def timm_model() -> Any:
+        import timm
+
+        return timm.create_model("resnet18", pretrained=False, num_classes=0, channels=[16, 32, 64, 128], stem_width=16)
+
+    def diagnose_model(backbone: Any, head: Any, **kw: Any) -> Callable[[Path], Any]:
+        from geohead.pretrained.diagnose import diagnose_model as run
+
+        return lambda w: run(backbone, head, "barlow", data="shapes", **kw)
+
+
+    from torch import nn
+
+    return {
+        "symlink": [
+            ("load-backbone-config-link-out", lambda w: _export().load_backbone(w / "exp_link_config"), "ExportError", "config.json"),
+            ("load-head-spec-link-out", lambda w: _export().load_head(w / "exp_link_head"), "ExportError", "head.json"),
+            ("load-checkpoint-link-out", lambda w: _ckpt().load_checkpoint(w / "run_link_last"), "CheckpointError", "last.ckpt"),
+            ("load-dataset-image-link-out", lambda w: load_dataset(w / "images_link"), "ValueError", "symbolic link"),
+            ("path-in-parent", lambda w: path_in(w, "../x", "file"), "OutsideFolderError", "../x"),
+            ("report-summary-link-out", lambda w: _report().make_report(w / "run_link_summary", w / "r"), "ReportError", "summary.json"),
+        ],
+        "loader-keys": [
+            ("build-backbone-pretrained", lambda w: __import__("geohead.pretrained.backbone").pretrained.backbone.build_backbone(
+                _ckpt().load_checkpoint(w / "run").section("model.backbone"), "resnet18_w16", {"pretrained": True}),
+             "PretrainedError", "pretrained"),
+            ("load-pretrained-checkpoint-path", lambda w: __import__("geohead.pretrained").pretrained.load_pretrained(
+                w / "weights.safetensors", architecture="resnet18_w16", model_args={"checkpoint_path": "/etc/passwd"}),
+             "PretrainedError", "checkpoint_path"),
+            ("foreign-backbone-overlay", lambda w: __import__("geohead.export.foreign").export.foreign.foreign_backbone(
+                timm_model(), architecture="resnet18", model_args={"pretrained_cfg_overlay": {"file": "x"}}),
+             "ExportError", "pretrained_cfg_overlay"),
+            ("export-module-model-args-pretrained", lambda w: _export().export_backbone(
+                timm_model(), w / "e", architecture="resnet18", model_args={"pretrained": True}), "ExportError", "pretrained"),
+            ("check-model-args-file", lambda w: bb.check_model_args({"file": "weights.pth"}), "UntrustedInputError", "file"),
+            ("check-model-args-object", lambda w: bb.check_model_args({"act_layer": {"name": "x"}}), "UntrustedInputError", "act_layer"),
+            # even unverified (verify=False), a loader key in config.json never reaches timm
+            ("config-json-pretrained-unverified", lambda w: _export().load_backbone(w / "exp_pretrained", verify=False),
+             "ExportError", "pretrained"),
+            ("config-json-pretrained-verified", lambda w: _export().load_backbone(w / "exp_pretrained"), "ExportError",
+             "config.json"),
+        ],
+        "bounds": [
+            ("load-dataset-n-huge", lambda w: load_dataset("shapes", n=10 ** 9), "ValueError", "2,000,000"),
+            ("load-dataset-img-size-huge", lambda w: load_dataset("shapes", n=4, img_size=100_000), "ValueError", "1,024"),
+            ("load-dataset-pixels-huge", lambda w: load_dataset("shapes", n=10 ** 6, img_size=64), "ValueError", "GiB"),
+            ("load-dataset-seed-huge", lambda w: load_dataset("shapes", n=4, seed=2 ** 65), "ValueError", str(2 ** 65)),
+            ("load-dataset-image-bomb", lambda w: load_dataset(w / "images_bomb"), "ValueError", "bomb.png"),
+            ("search-config-workers-huge", search(workers=1000), "SearchError", "1000"),
+            ("search-config-n-train-huge", search(n_train=10 ** 9), "SearchError", "1000000000"),
+            ("search-config-seed-negative", search(seed=-1), "SearchError", "-1"),
+            ("recipe-n-train-huge", lambda w: __import__("geohead.training.config").training.config.load_recipe(
+                RECIPE, TINY + [f"data.n_train={BIG}"]), "ConfigError", "data.n_train"),
+            ("space-fix-hidden-dim-huge", lambda w: __import__("geohead.search.space").search.space.parse_constraints(
+                [f"hidden_dim={BIG}"]), "SpaceError", BIG),
+            ("monitor-every-fraction", lambda w: __import__("geohead.monitor").monitor.GeometryMonitor(
+                nn.Linear(2, 2), nn.Linear(2, 2), every=2.5), "ValueError", "2.5"),
+            ("monitor-hessian-every-fraction", lambda w: __import__("geohead.monitor").monitor.GeometryMonitor(
+                nn.Linear(2, 2), nn.Linear(2, 2), hessian_every=1.5), "ValueError", "1.5"),
+        ],
+        "runtime": [
+            ("diagnose-model-none", diagnose_model(None, nn.Identity()), "PretrainedError", "NoneType"),
+            ("diagnose-model-string-head", diagnose_model(nn.Identity(), "GeometricHead"), "PretrainedError", "GeometricHead"),
+            ("diagnose-model-std-zero", diagnose_model(nn.Identity(), nn.Identity(), std=[0, 0, 0]), "PretrainedError", "std"),
+            ("diagnose-model-mean-nan", diagnose_model(nn.Identity(), nn.Identity(), mean=[float("nan")] * 3), "PretrainedError", "mean"),
+            ("load-dataset-zero-pixels", lambda w: load_dataset(w / "zero_pixels.npz"), "ValueError", "zero_pixels.npz"),
+            ("load-dataset-corrupt-image", lambda w: load_dataset(w / "images_corrupt"), "ValueError", "bad.png"),
+            ("load-dataset-number", lambda w: load_dataset(123), "TypeError", "pathlib.Path"),
+            ("spec-from-none", lambda w: __import__("geohead.heads").heads.HeadSpec.from_json(None), "SpecError", "pathlib.Path"),
+            ("export-source-none", lambda w: _export().export_backbone(None, w / "e"), "ExportError", "NoneType"),
+            ("load-backbone-none", lambda w: _export().load_backbone(None), "ExportError", "NoneType"),
+            ("export-std-nan", lambda w: _export().export_backbone(w / "run", w / "e", std=[float("nan")] * 3), "ExportError", "std"),
+            ("export-std-zero", lambda w: _export().export_backbone(w / "run", w / "e", std=[0.0] * 3), "ExportError", "std"),
+            ("resolve-device-tpu", lambda w: __import__("geohead.training.model").training.model.resolve_device("tpu"), "ValueError", "tpu"),
+            ("load-trained-wrong-shape", lambda w: __import__("geohead.training.model").training.model.load_trained(
+                w / "shape.ckpt"), "CheckpointError", "do not fit"),
+        ],
+    }
+
+
+TRUST_API = _trust_api_cases()
+
+
+@pytest.mark.parametrize("case, call, error, needle",
+                         [pytest.param(*c, id=f"{kind}:{c[0]}") for kind, cases in TRUST_API.items() for c in cases])
+def test_api_trust_case_raises_geoheads_error(planted, inside, case: str, call, error: str, needle: str) -> None:
+    test_api_bad_input_raises_geoheads_error(inside, case, call, error, needle)
+
+
+def test_the_trust_tables_are_large_enough() -> None:
+    """The second pass adds at least 60 cases over the four classes."""
+    counts = {kind: len(TRUST_CLI[kind]) + len(TRUST_API[kind]) for kind in TRUST_CLI}
+    assert all(n >= 8 for n in counts.values()), counts
+    assert sum(counts.values()) + 5 >= 60, counts

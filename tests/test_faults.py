@@ -202,3 +202,312 @@ def test_two_geohead_search_commands_started_together_both_finish(tmp_path) -> N
     results = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [r[1][-1500:] for r in results]
     assert (tmp_path / "s" / "best_head.json").is_file()
+
+
+# ---------------------------------------------------------------------- trust, second pass
+# Ctrl-C during a search, a full or read-only disk, flipped format tags and header bytes, edited
+# config.json fields, non-finite weights, links at the names geohead writes.
+@pytest.mark.usefixtures("one_thread", "tiny_whitening")
+def test_ctrl_c_during_a_search_is_one_line_and_the_trial_is_retried(tmp_path, monkeypatch, capfd) -> None:
+    """Before: Optuna's KeyboardInterrupt traceback; the stopped trial stayed FAIL, counted towards
+    --trials and was never retried."""
+    import optuna
+
+    from geohead.cli import main
+    from geohead.search.storage import count_trials
+    from geohead.search.trial import TrialRunner
+
+    out = tmp_path / "s"
+    args = ["search", "--out", str(out), "--steps", "2", "--trials", "1", "--n-train", "64", "--batch-size", "16",
+            "--probe-train", "32", "--probe-test", "32", "--timeout", "60", "--no-progress", "--device", "cpu",
+            "--confirm-seeds", "0"]
+    real = TrialRunner._train_and_measure
+
+    def interrupted(self, trial, spec):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrialRunner, "_train_and_measure", interrupted)
+    res = CliRunner().invoke(main, args)
+    captured = capfd.readouterr()
+    text = res.output + captured.out + captured.err
+    assert res.exit_code == 130, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert "interrupted: writing the outputs" in text and "rerun the same command" in text
+    storage = f"sqlite:///{out / 'study.db'}"
+    study = optuna.load_study(study_name="barlow-shapes-default", storage=storage)
+    assert [t.state.name for t in study.trials] == ["FAIL"] and study.trials[0].user_attrs["interrupted"]
+    assert count_trials(study)["done"] == 0  # not counted towards --trials
+    monkeypatch.setattr(TrialRunner, "_train_and_measure", real)
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    study = optuna.load_study(study_name="barlow-shapes-default", storage=storage)
+    retry = study.trials[1]
+    assert retry.state.name in ("COMPLETE", "PRUNED") and retry.user_attrs["retry_of"] == 0
+    assert retry.params == study.trials[0].params and retry.user_attrs.get("reference") == study.trials[0].user_attrs.get("reference")
+    assert count_trials(study)["done"] == 1
+
+
+DISK_FULL = "disk full / read-only: nothing was lost, free space and rerun"
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_full_disk_during_export_is_exit_2_and_the_old_export_stays(run_copy, tmp_path, monkeypatch) -> None:
+    """Before: a raw SafetensorError traceback (the data was safe)."""
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    from geohead.cli import main
+
+    out = tmp_path / "exp"
+    assert CliRunner().invoke(main, ["export", str(run_copy), "--out", str(out)]).exit_code == 0
+    before = _files(out)
+
+    def full(*a, **k):
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    res = CliRunner().invoke(main, ["export", str(run_copy), "--out", str(out), "--overwrite"])
+    assert res.exit_code == 2 and DISK_FULL in res.output and "full" in res.output, res.output
+    assert "Traceback" not in res.output
+    assert _files(out) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp", "run"]  # no temporary folder left
+
+
+def test_a_read_only_disk_at_a_checkpoint_is_exit_2_and_the_last_checkpoint_stays(run_copy, monkeypatch) -> None:
+    """Before: a raw OSError traceback from the checkpoint write."""
+    import errno
+
+    import geohead.io as gio
+
+    before = (run_copy / "last.ckpt").read_bytes()
+    real = os.replace
+
+    def read_only(src, dst):
+        if Path(dst).name == "last.ckpt":
+            raise OSError(errno.EROFS, "Read-only file system", str(dst))
+        return real(src, dst)
+
+    monkeypatch.setattr(gio.os, "replace", read_only)
+    res = _train(run_copy, "optim.max_steps=3")
+    assert res.exit_code == 2 and DISK_FULL in res.output and "read-only" in res.output, res.output
+    assert (run_copy / "last.ckpt").read_bytes() == before
+    assert not [p.name for p in run_copy.iterdir() if p.name.startswith(".last.ckpt.tmp")]
+
+
+@pytest.mark.parametrize("code, word", [(28, "full"), (30, "read-only"), (122, "full")])
+def test_disk_errors_become_one_error_type(code: int, word: str) -> None:
+    from geohead.io import DiskFullError, disk_error
+
+    err = disk_error(OSError(code, os.strerror(code)), "x/last.ckpt")
+    assert isinstance(err, DiskFullError) and isinstance(err, ValueError) and err.errno == code
+    assert word in str(err) and DISK_FULL in str(err) and "last.ckpt" in str(err)
+    other = OSError(13, "Permission denied")
+    assert disk_error(other, "x") is other
+
+
+def _flip(path: Path, pos: int, bit: int = 1) -> None:
+    data = bytearray(path.read_bytes())
+    data[pos] ^= bit
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("offset", [0, 3, 8, 16, 24, 28])
+def test_a_flipped_format_tag_does_not_switch_the_checksum_off(run_copy, offset: int) -> None:
+    """Before: a flipped bit in the tag made `export file.ckpt` read it as a foreign file and
+    skip the checksum."""
+    from geohead.cli import main
+
+    ckpt = run_copy / "last.ckpt"
+    pos = ckpt.read_bytes().index(b"geohead.training.checkpoint/1") + offset
+    _flip(ckpt, pos)
+    out = run_copy.parent / "exp"
+    res = CliRunner().invoke(main, ["export", str(ckpt), "--out", str(out)])
+    assert res.exit_code == 2 and "checksum" in res.output, res.output
+    assert not out.exists()
+
+
+def test_a_flipped_format_tag_stops_diagnose_and_the_resume(run_copy) -> None:
+    from geohead.cli import main
+
+    ckpt = run_copy / "last.ckpt"
+    _flip(ckpt, ckpt.read_bytes().index(b"geohead.training.checkpoint/1") + 5)
+    before = _files(run_copy)
+    res = CliRunner().invoke(main, ["diagnose", str(ckpt), "--json", str(run_copy.parent / "d.json")])
+    assert res.exit_code == 2 and "checksum" in res.output, res.output
+    res = _train(run_copy, "optim.max_steps=3")
+    assert res.exit_code == 2 and "checksum" in res.output, res.output
+    assert _files(run_copy) == before and not (run_copy.parent / "d.json").exists()
+
+
+@pytest.fixture()
+def export_dir(run_copy, tmp_path) -> Path:
+    from geohead.export import export_backbone
+
+    out = tmp_path / "exp"
+    export_backbone(run_copy, out, with_head=True)
+    return out
+
+
+def _header_positions(path: Path, step: int) -> list[int]:
+    import struct
+
+    n = struct.unpack("<Q", path.read_bytes()[:8])[0]
+    return list(range(8, 8 + n, step))
+
+
+@pytest.mark.parametrize("name, step", [("model.safetensors", 37), ("head.safetensors", 1)])
+def test_every_flipped_header_byte_is_refused(export_dir, name: str, step: int) -> None:
+    """Before: 7 of 152 flipped positions in model.safetensors and 19 of 82 in head.safetensors
+    loaded (metadata the checksum did not cover). Now config.json and both headers are covered."""
+    import warnings
+
+    from geohead.export import load_backbone, load_head
+
+    path = export_dir / name
+    clean = path.read_bytes()
+    passed = []
+    for pos in _header_positions(path, step):
+        _flip(path, pos)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                (load_backbone if name == "model.safetensors" else load_head)(export_dir)
+            passed.append(pos)
+        except ValueError:
+            pass
+        path.write_bytes(clean)
+    assert passed == [], f"{len(passed)} flipped header bytes of {name} loaded: {passed[:10]}"
+
+
+EDITS = {
+    "mean": lambda c: c["pretrained_cfg"].__setitem__("mean", [0.5, 0.5, 0.5]),
+    "std": lambda c: c["pretrained_cfg"].__setitem__("std", [0.1, 0.1, 0.1]),
+    "input_size": lambda c: c["pretrained_cfg"].__setitem__("input_size", [3, 64, 64]),
+    "interpolation": lambda c: c["pretrained_cfg"].__setitem__("interpolation", "nearest"),
+    "channels_last": lambda c: c["geohead"]["backbone"].__setitem__("channels_last", False),
+    "integrity-removed": lambda c: c["geohead"].pop("integrity"),
+}
+
+
+@pytest.mark.parametrize("field", list(EDITS))
+def test_an_edited_config_json_field_is_refused(export_dir, field: str) -> None:
+    """Before: config.json (mean/std, input size, architecture) had no checksum: an edit loaded."""
+    from geohead.export import load_backbone, load_head
+
+    cfg_path = export_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    EDITS[field](cfg)
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+    for load in (load_backbone, load_head):
+        with pytest.raises(ValueError, match="config.json or a file's header changed"):
+            load(export_dir)
+
+
+def test_non_finite_weights_are_refused_at_export_and_load(run_copy, tmp_path, monkeypatch) -> None:
+    """Before: an all-NaN backbone exported and loaded without a word."""
+    import torch
+
+    import geohead.export.write as write
+    from geohead.cli import main
+    from geohead.export import export_backbone, load_backbone
+    from geohead.training.checkpoint import load_checkpoint, save_checkpoint
+
+    ck = load_checkpoint(run_copy)
+    name = next(k for k in ck.tensors if k.startswith("model.backbone.") and ck.tensors[k].is_floating_point())
+    save_checkpoint(run_copy / "last.ckpt", {**ck.tensors, name: torch.full_like(ck.tensors[name], float("nan"))}, ck.meta)
+    res = CliRunner().invoke(main, ["export", str(run_copy), "--out", str(tmp_path / "e")])
+    assert res.exit_code == 2 and "NaN" in res.output and name[len("model.backbone."):] in res.output, res.output
+    assert not (tmp_path / "e").exists()
+    monkeypatch.setattr(write, "nonfinite_problem", lambda *a, **k: None)  # an export written by a geohead that did not check
+    export_backbone(run_copy, tmp_path / "e")
+    with pytest.raises(ValueError, match="NaN"):
+        load_backbone(tmp_path / "e")
+
+
+def test_writers_replace_a_planted_link_and_appenders_refuse_it(tmp_path) -> None:
+    """Whole-file writes replace a link at their name (the target is untouched); appends
+    (metrics.jsonl) refuse it; readers refuse a link out of the folder."""
+    from geohead.io import OutsideFolderError, append_text, atomic_write_text, path_in
+
+    folder, target = tmp_path / "run", tmp_path / "victim.txt"
+    folder.mkdir()
+    target.write_text("precious\n")
+    os.symlink(target, folder / "summary.json")
+    os.symlink(target, folder / "metrics.jsonl")
+    atomic_write_text(folder / "summary.json", "{}\n")
+    assert not (folder / "summary.json").is_symlink() and (folder / "summary.json").read_text() == "{}\n"
+    with pytest.raises(OutsideFolderError, match="symbolic link"):
+        append_text(folder / "metrics.jsonl", '{"step": 1}\n')
+    with pytest.raises(OutsideFolderError, match="victim.txt"):
+        path_in(folder, "metrics.jsonl", "run file")
+    assert target.read_text() == "precious\n"
+    (folder / "inner.json").write_text("{}")
+    os.symlink(folder / "inner.json", folder / "alias.json")
+    assert path_in(folder, "alias.json") == folder / "alias.json"  # a link that stays inside is fine
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_search_plots_replace_a_planted_link(tmp_path) -> None:
+    """Before: a rerun of geohead search (and geohead report) saved its PNGs through a link
+    already in the folder, overwriting the link's target."""
+    from geohead.search import write_search_plots
+
+    folder, target = tmp_path / "s", tmp_path / "victim.png"
+    folder.mkdir()
+    target.write_text("precious\n")
+    header = "number,state,score,knn_backbone,rankme_backbone,orbit_compression,depth,hidden_dim,out_dim,activation,norm"
+    rows = [f"{i},COMPLETE,{0.1 * i},{0.2 + 0.05 * i},{10 + i},{0.3 - 0.01 * i},{2 + i % 2},{64 * (1 + i % 3)},64,silu,batch"
+            for i in range(6)]
+    (folder / "trials.csv").write_text("\n".join([header, *rows]) + "\n")
+    for name in ("criteria_vs_knn.png", "pareto_front.png", "param_importances.png"):
+        os.symlink(target, folder / name)
+    written = write_search_plots(folder)
+    assert written and all(not p.is_symlink() and p.read_bytes()[:4] == b"\x89PNG" for p in written)
+    assert target.read_text() == "precious\n"
+
+
+def test_export_backbone_takes_torchvision_resnets_as_the_cli_does(tmp_path) -> None:
+    """lightly's docs build ``nn.Sequential(*list(resnet.children())[:-1])``; the CLI exported its
+    state_dict, the Python API refused the module itself (pointing at model_args)."""
+    import warnings
+
+    import torch
+    import torchvision
+    from torch import nn
+
+    from geohead.export import ExportError, export_backbone, load_backbone
+
+    resnet = torchvision.models.resnet18().eval()
+    seq = nn.Sequential(*list(resnet.children())[:-1]).eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        want = seq(x).flatten(1)
+    for i, module in enumerate((resnet, seq)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # the img_size default
+            export_backbone(module, tmp_path / f"e{i}", img_size=32)
+        with torch.no_grad():
+            got = load_backbone(tmp_path / f"e{i}")(x)
+        assert torch.equal(got, want)
+    with pytest.raises(ExportError) as err:
+        export_backbone(nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten()), tmp_path / "e2")
+    assert "architecture" in str(err.value) and "model_args" not in str(err.value)
+
+
+def test_an_export_with_head_loads_its_head(run_copy, tmp_path) -> None:
+    """Before: --with-head could write a head that load_head then refused."""
+    import torch
+
+    from geohead.cli import main
+    from geohead.export import load_backbone, load_head
+    from geohead.training.model import load_trained
+
+    out = tmp_path / "e"
+    res = CliRunner().invoke(main, ["export", str(run_copy), "--out", str(out), "--with-head"])
+    assert res.exit_code == 0, res.output
+    head, trained = load_head(out), load_trained(run_copy)
+    z = load_backbone(out)(torch.rand(2, 3, 32, 32))
+    assert torch.allclose(head(z), trained.model.head.eval()(z), atol=1e-5)
