@@ -84,7 +84,9 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     assert proxy == summary["proxy"] == read_found_on(out / "pick_head.json")
     assert proxy["backbone"] == "resnet18_w16" and proxy["d"] == 128 and proxy["objective"] == "barlow"
     assert proxy["steps"] == max(r["steps_trained"] for r in done) and proxy["n_train"] > 0
-    assert f"decided on: resnet18_w16 (d=128), {proxy['steps']} steps" in res.table and "re-check" in res.table
+    from geohead.search.ladder import recheck
+
+    assert f"decided on: resnet18_w16 (d=128), {proxy['steps']} steps" in res.table and recheck("barlow") in res.table
     # Barlow Twins: Thm 4.1's premise fails, the escape criterion is off and the output says why
     assert summary["escape_criterion"]["on"] is False and "premise fails for barlow" in summary["escape_criterion"]["reason"]
     assert "escape criterion OFF: Thm 4.1's premise fails for barlow: its Hessian is indefinite" in res.table

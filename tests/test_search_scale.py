@@ -73,7 +73,7 @@ def test_a_ladder_run_writes_results_after_each_run_and_a_rerun_trains_nothing(s
     data, out = _data(tmp_path), tmp_path / "ladder"
     argv = ["--transfer", str(_transfer(tmp_path / "t.json")), "--objective", "barlow", "--axes", "width_w32",
             "--seeds", "0", "--epochs", "1", "--data-dir", str(data), "--out", str(out),
-            "--results", str(tmp_path / "r.json"), "--plot", str(tmp_path / "p.png")]
+            "--results", str(tmp_path / "r.json"), "--plot", str(tmp_path / "p.png"), "--ladder", str(tmp_path / "l.json")]
     assert scale.main(argv) == 0
     res = json.loads((tmp_path / "r.json").read_text())
     assert [(r["axis"], r["label"], r["d"], r["steps"]) for r in res["runs"]] == [
@@ -85,4 +85,8 @@ def test_a_ladder_run_writes_results_after_each_run_and_a_rerun_trains_nothing(s
     capsys.readouterr()
     assert scale.main(argv) == 0
     assert "backbone kNN" not in capsys.readouterr().out  # every point was read back, none trained
-    assert scale.main(argv[:-6] + ["--data-dir", str(tmp_path / "nowhere")] + argv[-4:]) == 2
+    ladder = json.loads((tmp_path / "l.json").read_text())["objectives"]["barlow"]
+    assert set(ladder["axes"]) >= {"width"} and ladder["axes"]["width"]["seeds"] == [0]
+    assert argv[argv.index("--data-dir") + 1] == str(data)
+    argv[argv.index("--data-dir") + 1] = str(tmp_path / "nowhere")
+    assert scale.main(argv) == 2

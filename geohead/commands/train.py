@@ -77,7 +77,11 @@ def _rescale_note(cfg, head_file: str) -> str | None:
                                              ("data", proxy.get("n_train"), cfg.data.n_train))
                if theirs is not None and ours is not None and float(ours) > 1.5 * float(theirs)]
     if differs:
+        from geohead.search.ladder import findings
+
+        measured = findings(cfg.objective)
         lines.append(f"head: the search decided on {proxy.get('backbone')} (d={proxy.get('d')}), {proxy.get('epochs', 0):.1f} "
                      f"epochs of {proxy.get('n_train', 0):,} images; this run is bigger on {', '.join(differs)}: "
-                     "re-check the pick against the published head there (docs/search.md, \"Search small, train big\")")
+                     "re-check the pick against the published head there (docs/search.md, \"Search small, train big\")"
+                     + "".join(f"; the scale ladder measured {measured[a][1]}" for a in differs if a in measured))
     return "\n".join(lines) or None

@@ -203,18 +203,14 @@ def _verdict_lines(summary: dict[str, Any], out: Path) -> str:
 
 
 def _proxy_line(proxy: dict[str, Any] | None) -> str:
-    """What the verdict was decided on, and what to re-check when training differs from it."""
+    """What the verdict was decided on, and what the scale ladder says to re-check when training
+    differs from it (:func:`~geohead.search.ladder.recheck`)."""
+    from geohead.search.ladder import recheck
+
     if not proxy:
         return ""
     return (f"\ndecided on: {proxy['backbone']} (d={proxy['d']}), {proxy['steps']} steps ({proxy['epochs']:.1f} epochs) "
-            f"of {proxy['n_train']:,} images; {RECHECK}")
-
-
-#: What the scale ladder (benchmarks/search_scale.py; docs/search.md, "Search small, train big")
-#: measured about moving a pick from the proxy to a bigger run.
-RECHECK = ("training longer, wider or on more data, re-check the budget axis first (the margin over the "
-           "published head shrank from 20 to 100 epochs on the 2 objectives measured): train both heads "
-           "for a short run at your width with `geohead train --head`, see docs/search.md")
+            f"of {proxy['n_train']:,} images; {recheck(proxy.get('objective', ''))}")
 
 
 __all__ = ["best_trial", "format_table", "write_outputs"]

@@ -1,0 +1,67 @@
+"""What the scale ladder measured: does a pick decided on the cheap proxy keep its margin over the
+published head when the backbone is wider, the data larger or the training longer?
+
+``ladder.json`` (beside this module, written by ``benchmarks/search_scale.py``) holds, per
+objective, the pick's margin over the published head on the proxy (backbone linear-probe
+points, mean over seeds) and at the far end of each axis measured (``width``, ``data``,
+``budget``). An axis **holds** when its margin is at least half the proxy's, **shrinks** when it
+is positive but below that, and **turns** when the published head is as good or better there.
+The search prints this with its verdict, and ``geohead train --head`` names the finding for each
+axis on which the run is bigger than the proxy: the axes to re-check first.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LADDER = Path(__file__).with_name("ladder.json")
+AXES = ("width", "data", "budget")
+
+
+def load_ladder(path: Path = LADDER) -> dict[str, Any]:
+    """The ladder's record (``{"objectives": {}}`` when the file is absent)."""
+    if not path.is_file():
+        return {"objectives": {}}
+    return json.loads(path.read_text())
+
+
+def axis_finding(proxy_margin: float, margin: float) -> str:
+    """``holds``, ``shrinks`` or ``turns`` (see the module docstring)."""
+    if margin <= 0.0:
+        return "turns"
+    return "holds" if margin >= 0.5 * proxy_margin else "shrinks"
+
+
+def findings(objective: str, ladder: dict[str, Any] | None = None) -> dict[str, tuple[str, str]]:
+    """axis -> (``holds`` / ``shrinks`` / ``turns``, one phrase of what the ladder measured), e.g.
+    ``("shrinks", "width (d=256): +0.9 points, proxy +2.5: shrinks (seed 0)")``, for each axis
+    measured for ``objective``."""
+    rec = (ladder or load_ladder())["objectives"].get(objective)
+    if not rec:
+        return {}
+    proxy = rec["proxy"]["margin"]
+    out = {}
+    for axis in AXES:
+        a = rec["axes"].get(axis)
+        if a is not None:
+            seeds = ", ".join(str(s) for s in a["seeds"])
+            verdict = axis_finding(proxy, a["margin"])
+            out[axis] = (verdict, f"{axis} ({a['at']}): {a['margin']:+.1f} points, proxy {proxy:+.1f}: {verdict} "
+                                  f"(seed{'s' if len(a['seeds']) > 1 else ''} {seeds})")
+    return out
+
+
+def recheck(objective: str, ladder: dict[str, Any] | None = None) -> str:
+    """The advice printed with a search's verdict: the ladder's findings for ``objective``, the
+    axes where the margin did not hold named first, or what to do where nothing was measured."""
+    found = findings(objective, ladder)
+    if not found:
+        return ("the scale ladder has not measured this objective: before training wider, longer or on more "
+                "data, compare the pick with the published head in a short run at your size")
+    worst = [axis for axis, (verdict, _) in found.items() if verdict != "holds"]
+    lead = f"re-check {' and '.join(worst)} first" if worst else "the margin held on every axis measured"
+    return f"{lead}; on the scale ladder (CIFAR-10, docs/search.md): " + "; ".join(p for _, p in found.values())
+
+
+__all__ = ["AXES", "LADDER", "axis_finding", "findings", "load_ladder", "recheck"]

@@ -1,0 +1,41 @@
+"""What the scale ladder measured, as the search prints it (geohead.search.ladder)."""
+from __future__ import annotations
+
+import pytest
+
+from geohead.search.ladder import AXES, axis_finding, findings, load_ladder, recheck
+
+LADDER = {"objectives": {
+    "simclr": {"proxy": {"margin": 2.6, "seeds": [0, 1]},
+               "axes": {"width": {"at": "d=256", "margin": 0.9, "seeds": [0]},
+                        "budget": {"at": "100 epochs", "margin": 1.9, "seeds": [0, 1]}}},
+    "vicreg": {"proxy": {"margin": 1.0, "seeds": [0]},
+               "axes": {"data": {"at": "40,000 images", "margin": -0.4, "seeds": [0, 1]}}},
+}}
+
+
+@pytest.mark.parametrize("proxy, margin, finding", [
+    (2.6, 1.3, "holds"), (2.6, 1.29, "shrinks"), (2.6, 0.01, "shrinks"), (2.6, 0.0, "turns"), (1.5, 2.4, "holds"),
+    (1.0, -0.4, "turns"),
+])
+def test_an_axis_holds_from_half_the_proxy_margin_and_turns_at_zero(proxy, margin, finding):
+    assert axis_finding(proxy, margin) == finding
+
+
+def test_findings_and_the_advice_name_the_axes_that_did_not_hold_first():
+    f = findings("simclr", LADDER)
+    assert f == {"width": ("shrinks", "width (d=256): +0.9 points, proxy +2.6: shrinks (seed 0)"),
+                 "budget": ("holds", "budget (100 epochs): +1.9 points, proxy +2.6: holds (seeds 0, 1)")}
+    assert recheck("simclr", LADDER).startswith("re-check width first; on the scale ladder")
+    assert recheck("vicreg", LADDER).startswith("re-check data first") and "turns" in recheck("vicreg", LADDER)
+    assert "has not measured this objective" in recheck("dino", LADDER) and findings("dino", LADDER) == {}
+
+
+def test_the_shipped_ladder_is_well_formed(tmp_path):
+    ladder = load_ladder()
+    for objective, rec in ladder["objectives"].items():
+        assert set(rec["axes"]) <= set(AXES) and rec["proxy"]["seeds"]
+        for a in rec["axes"].values():
+            assert isinstance(a["margin"], float) and a["seeds"] and a["at"]
+        assert recheck(objective)
+    assert load_ladder(tmp_path / "absent.json") == {"objectives": {}}
