@@ -46,8 +46,8 @@ class DiagnoseSettings:
 
     Attributes:
         data, data_root, data_test: images to measure on; default the checkpoint's training data
-            (``data_test``: its test source; for a file or folder ``data`` give ``data_test`` too,
-            else the probes would test on their training images).
+            (``data_test``: its test source; a file or folder ``data`` without ``data_test`` is
+            split into disjoint probe-train and probe-test parts, :mod:`geohead.probes.splits`).
         n_test: test images (collapse monitors, probe test set); n_train: probe training images.
         n_orbit_images: images per orbit family (each gives P views, P = the family's sweep).
         hessian_samples: batch size B of the H_eff at real features.
@@ -196,20 +196,34 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     cfg = _config(tm.meta, s)
 
     say("data", "data")  # first, so that a bad --data fails before any measurement
-    test = load_dataset(cfg.data.test or cfg.data.name, root=cfg.data.root, train=False, download=False,
-                        n=s.n_test, img_size=cfg.data.img_size, seed=cfg.seed)
-    train_data = None
-    if s.probes:
-        train_data = load_dataset(cfg.data.name, root=cfg.data.root, train=True, download=False,
-                                  n=s.n_train, img_size=cfg.data.img_size, seed=cfg.seed)
+    split, train_data = _split(cfg, s)
+    test = split.test
     parts = _curvature(tm, test, cfg, s, device, say)
     parts.update(_orbits_and_collapse(tm, test, s, device, say))
     parts["probes"] = None
     if s.probes:
         say("guillotine probes", "probes")
         parts["probes"] = run_probes(cfg, tm.model, train_data, device, load_dataset)
+    parts["probe_split"] = split.to_dict()
     say("", None)
     return _json_safe(_assemble(ck, tm, cfg, s, test, parts, say.seconds))
+
+
+def _split(cfg: Any, s: DiagnoseSettings) -> tuple[Any, Any]:
+    """The probe split of ``cfg``'s data (:func:`geohead.probes.splits.probe_split`, the one
+    :func:`~geohead.training.evaluate.run_probes` makes again from the same images) and those
+    training images: ``n_train`` of a source with a test split, ``n_train + n_test`` of one file."""
+    from geohead.data import load_dataset
+    from geohead.probes.splits import has_test_split, probe_split, same_source
+
+    def load(name: Any, train: bool, n: int | None) -> Any:
+        return load_dataset(name, root=cfg.data.root, train=train, download=False, n=n, img_size=cfg.data.img_size,
+                            seed=cfg.seed)
+
+    separate = has_test_split(cfg.data.name) or (cfg.data.test is not None and not same_source(cfg.data.name, cfg.data.test))
+    data = load(cfg.data.name, True, s.n_train if separate else s.n_train + s.n_test)
+    split = probe_split(cfg.data.name, cfg.data.test, load, n_train=s.n_train, n_test=s.n_test, seed=cfg.seed, data=data)
+    return split, data
 
 
 def _curvature(tm: TrainedModels, test: Any, cfg: Any, s: DiagnoseSettings, device: torch.device,
@@ -274,6 +288,7 @@ def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, 
             "teacher": tm.teacher is not None, "trained_on": meta.get("data"),
         },
         "data": {"name": cfg.data.name, "test": cfg.data.test or cfg.data.name, "n_test": len(test),
+                 "probe_split": parts["probe_split"],
                  "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
                  "mean": meta["data"]["mean"], "std": meta["data"]["std"]},
         "settings": dataclasses.asdict(s),

@@ -76,7 +76,6 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
         objective_state: what the checkpoint records of the objective (``dino_center``).
     Returns: the JSON-ready report (strict JSON: NaN as "nan").
     """
-    from geohead.data import load_dataset
     from geohead.pretrained.backbone import check_model_inputs
 
     check_model_inputs(backbone, head, mean, std, teacher_head=teacher_head, predictor=predictor)
@@ -87,8 +86,8 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     device = resolve_device(s.device)  # "cuda" without CUDA is a ValueError that says so
     obj = _objective(objective, head, objective_state)
     say("data", "data")
-    test = load_dataset(data_test or data, root=data_root, train=False, n=s.n_test, img_size=img_size, seed=s.seed)
-    train = load_dataset(data, root=data_root, train=True, n=s.n_train, img_size=img_size, seed=s.seed) if s.probes else None
+    split = _probe_split(data, data_test, data_root, img_size, s)
+    test, train = split.test, (split.train if s.probes else None)
     chans = _in_chans(backbone)
     if mean is None or std is None:
         ref = train or test
@@ -100,9 +99,22 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     predictor = predictor.to(device).eval() if predictor is not None else None
     parts = _curvature(enc, head, obj, predictor, teacher_head, test, img_size, s, device, say)
     parts.update(_orbits_collapse_probes(enc, head, test, train, s, device, say))
+    parts["probe_split"] = split.to_dict()
     say("", None)
     return _json_safe(_assemble(source or {}, head, obj, predictor, teacher_head, enc, data, data_test, test, img_size, s,
                                 parts, say.seconds))
+
+
+def _probe_split(data: Any, data_test: Any, data_root: Any, img_size: int, s: DiagnoseSettings) -> Any:
+    """The probe's images by the one rule (:func:`geohead.probes.splits.probe_split`): a single
+    file without ``data_test`` is split into disjoint probe-train and probe-test parts."""
+    from geohead.data import load_dataset
+    from geohead.probes.splits import probe_split
+
+    def load(name: Any, train: bool, n: int | None) -> Any:
+        return load_dataset(name, root=data_root, train=train, n=n, img_size=img_size, seed=s.seed)
+
+    return probe_split(data, data_test, load, n_train=s.n_train, n_test=s.n_test, seed=s.seed)
 
 
 def _objective(objective: str | nn.Module, head: nn.Module, state: dict[str, Any] | None = None) -> nn.Module:
@@ -214,6 +226,7 @@ def _assemble(source: dict[str, Any], head: nn.Module, obj: nn.Module, predictor
                    "predictor_spec": predictor.spec.to_dict() if hasattr(predictor, "spec") else None,
                    "teacher": teacher is not None, "trained_on": None},
         "data": {"name": str(data), "test": str(data_test or data), "n_test": len(test), "img_size": img_size,
+                 "probe_split": parts["probe_split"],
                  "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
                  "mean": enc.mean.flatten().tolist(), "std": enc.std.flatten().tolist(), "in_chans": enc.in_chans},
         "settings": {**dataclasses.asdict(s), "families": list(s.families)},

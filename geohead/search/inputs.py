@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from geohead.heads import HeadSpec
-from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, base_train_config
+from geohead.search.config import SearchConfig, SearchError, base_train_config
 from geohead.search.criteria import EvalInputs, ScreenInputs, calibrate_batchnorm
 from geohead.search.escape import reference_premise
 from geohead.search.space import SearchSpace, parse_constraints
@@ -153,26 +153,25 @@ def _training_data(cfg: SearchConfig) -> Any:
 
 
 def _probe_splits(cfg: SearchConfig, data: Any, echo: Callable[[str], None]) -> tuple[Any, Any]:
-    """(probe train, probe test): the training data's first images vs ``--test`` or the built-in
-    dataset's test split; for a file without ``--test``, a held-out part of it."""
+    """(probe train, probe test) by the one rule (:func:`geohead.probes.splits.probe_split`): the
+    training data's first images vs ``--test`` or the built-in dataset's test split; for a file
+    without ``--test``, disjoint parts of it."""
     from geohead.data import load_dataset
+    from geohead.probes.splits import probe_split
 
-    n = len(data)
-    if cfg.test is None and cfg.data not in BUILTIN_DATA:
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed))
-        n_te = min(cfg.probe_test, n // 3)
-        test = data.subset(perm[:n_te].sort().values)
-        probe_train = data.subset(perm[n_te:n_te + cfg.probe_train].sort().values)
-        echo(f"note: no --test given; kNN is measured on {n_te} held-out images of {cfg.data} "
-             "(they are also in the unlabelled training set); pass --test for a separate split")
-        return probe_train, test
-    name, what = (cfg.test, "--test") if cfg.test is not None else (cfg.data, "test split of")
-    try:
-        test = load_dataset(name, root=cfg.data_root, download=cfg.download, train=False,
-                            n=cfg.probe_test, img_size=cfg.img_size, seed=cfg.seed)
-    except (ValueError, FileNotFoundError) as exc:
-        raise SearchError(f"{what} {name!r}: {exc}") from None
-    return data.subset(torch.arange(min(n, cfg.probe_train))), test
+    def load(name: Any, train: bool, n: int | None) -> Any:
+        what = "--test" if cfg.test is not None else "test split of"
+        try:
+            return load_dataset(name, root=cfg.data_root, download=cfg.download, train=train, n=n,
+                                img_size=cfg.img_size, seed=cfg.seed)
+        except (ValueError, FileNotFoundError) as exc:
+            raise SearchError(f"{what} {str(name)!r}: {exc}") from None
+
+    split = probe_split(cfg.data, cfg.test, load, n_train=cfg.probe_train, n_test=cfg.probe_test, seed=cfg.seed, data=data)
+    if split.held_out:
+        echo(f"note: no --test given; kNN is measured on {len(split.test)} held-out images of {cfg.data} "
+             "(they are also in the unlabelled training set; the probe trains on others); pass --test for a separate split")
+    return split.train, split.test
 
 
 def _initial_backbone(cfg: SearchConfig, base_cfg: Any, data: Any, tangent_images: Tensor,
