@@ -13,6 +13,11 @@ class NonFiniteError(ValueError, FloatingPointError):
     """
 
 
+class DivergedModelError(ValueError):
+    """A model whose features are non-finite or too large to measure (a diverged training run):
+    named as such before an eigendecomposition fails on them. A :class:`ValueError`."""
+
+
 class SpecError(ValueError):
     """A head spec (HeadSpec fields, head.json, best_head.json, a checkpoint's head spec) that is
     malformed, out of range, or names an activation outside the registry. A :class:`ValueError`."""
@@ -23,4 +28,4 @@ class UntrustedInputError(ValueError):
     read outside its folder, reach the network, or pass unchecked arguments on. A :class:`ValueError`."""
 
 
-__all__ = ["NonFiniteError", "SpecError", "UntrustedInputError"]
+__all__ = ["DivergedModelError", "NonFiniteError", "SpecError", "UntrustedInputError"]

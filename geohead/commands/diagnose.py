@@ -56,7 +56,10 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     problem = "it is a folder" if out.is_dir() else folder_problem(out.parent)
     if problem:
         fail(f"--json {str(out)!r} cannot be written: {problem}; give another --json path")
-    progress = lambda msg: click.echo(f"diagnose: {msg} ...", err=True)  # noqa: E731
+    from geohead.diagnose.progress import stage_sink
+
+    line = lambda msg: click.echo(f"diagnose: {msg} ...", err=True)  # noqa: E731
+    progress = stage_sink("auto", len(settings.families), settings.probes) if _tty() else line
     try:
         settings.validate()
         if is_geohead_source(source):
@@ -67,8 +70,17 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
         else:
             report = run_foreign(source, data, data_test, data_root, settings, progress, **foreign)
     except (CheckpointError, ValueError, FileNotFoundError) as exc:
+        if hasattr(progress, "close"):
+            progress.close()
         fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(report, indent=2) + "\n")
     click.echo(format_table(report))
     click.echo(f"\nJSON report: {out}")
+
+
+def _tty() -> bool:
+    """Whether stderr is a terminal (a progress bar with ETA there, one line a stage elsewhere)."""
+    import sys
+
+    return sys.stderr.isatty()

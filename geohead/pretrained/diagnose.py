@@ -25,6 +25,9 @@ import torch
 from torch import Tensor, nn
 
 from geohead.diagnose import DiagnoseSettings, _Clock, _json_safe
+from geohead.diagnose.verdict import orbit_summary
+from geohead.errors import DivergedModelError
+from geohead.pretrained.model import found_head
 
 
 class InputAdapter(nn.Module):
@@ -53,25 +56,31 @@ def _in_chans(backbone: nn.Module) -> int:
     return int(conv.in_channels) if conv is not None else 3
 
 
-def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Module, *, data: str | os.PathLike = "cifar10",
+def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Module, *, data: str | os.PathLike = "shapes",
                    data_test: str | None = None, data_root: str | None = None, mean: Sequence[float] | None = None,
                    std: Sequence[float] | None = None, img_size: int = 32, teacher_head: nn.Module | None = None,
                    predictor: nn.Module | None = None, settings: DiagnoseSettings | None = None,
-                   progress: Callable[[str], None] | None = None, source: dict[str, Any] | None = None,
+                   progress: Callable[[str], None] | str | None = "auto", source: dict[str, Any] | None = None,
                    objective_state: dict[str, Any] | None = None) -> dict[str, Any]:
     """The geometry report (module docstring) of ``backbone`` (any ``nn.Module``: images (B, C,
-    S, S) -> features, flattened to (B, d)) and ``head`` ((B, d) -> (B, k)) under ``objective``.
+    S, S) -> features, flattened to (B, d)) and ``head`` (any ``nn.Module`` (B, d) -> (B, k): d
+    and k are found by a forward on real features, :func:`~geohead.pretrained.model.found_head`)
+    under ``objective``. Non-finite or huge features raise
+    :class:`~geohead.errors.DivergedModelError` (a ValueError) naming the model as diverged.
 
     Args:
         objective: a geohead objective name (``barlow``, ``vicreg``, ``dino``, ``simclr``,
             ``byol``, ``simsiam``) or a built :class:`~geohead.objectives.Objective`; a name is
             built with its paper defaults, sized to the head's output.
-        data, data_test, data_root: images to measure on (``shapes``, ``cifar10``, an .npz file, a
-            folder), resized to ``img_size``; ``data_test`` default: ``data``'s test split.
+        data, data_test, data_root: images to measure on (default the built-in ``shapes``, as the
+            CLI's; ``cifar10``, an .npz file, a folder), resized to ``img_size``; ``data_test``
+            default: ``data``'s test split, or for one file a disjoint held-out part of it.
         mean, std: the normalisation the backbone was trained with (default: the data's; one
             value each for a grayscale backbone).
         teacher_head, predictor: DINO's teacher head, BYOL's predictor, where the method has one.
         settings: :class:`~geohead.diagnose.DiagnoseSettings` (``data*`` fields are ignored here).
+        progress: ``"auto"`` (a bar with ETA when stderr is a terminal), ``"bar"``, None, or a
+            callable given each stage's name.
         source: recorded under ``source`` (what the models came from).
         objective_state: what the checkpoint records of the objective (``dino_center``).
     Returns: the JSON-ready report (strict JSON: NaN as "nan").
@@ -80,11 +89,12 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
 
     check_model_inputs(backbone, head, mean, std, teacher_head=teacher_head, predictor=predictor)
     s = (settings or DiagnoseSettings()).validate()
-    say = _Clock(progress)
+    from geohead.diagnose.progress import stage_sink
     from geohead.training.model import resolve_device
 
     device = resolve_device(s.device)  # "cuda" without CUDA is a ValueError that says so
-    obj = _objective(objective, head, objective_state)
+    _objective_key(objective)  # a bad name fails before any data is made
+    say = _Clock(stage_sink(progress, len(s.families), s.probes))
     say("data", "data")
     split = _probe_split(data, data_test, data_root, img_size, s)
     test, train = split.test, (split.train if s.probes else None)
@@ -94,12 +104,17 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
         mean = list(ref.mean) if chans == 3 else [0.5]
         std = list(ref.std) if chans == 3 else [0.25]
     enc = InputAdapter(backbone, mean, std, chans).to(device).eval()
-    head = head.to(device).eval()
+    measured, found = found_head(enc, head.to(device).eval(), test.images[:8].float().div(255.0).to(device))
+    obj = _objective(objective, measured, objective_state)
     teacher_head = teacher_head.to(device).eval() if teacher_head is not None else None
     predictor = predictor.to(device).eval() if predictor is not None else None
-    parts = _curvature(enc, head, obj, predictor, teacher_head, test, img_size, s, device, say)
-    parts.update(_orbits_collapse_probes(enc, head, test, train, s, device, say))
-    parts["probe_split"] = split.to_dict()
+    try:
+        parts = _curvature(enc, measured, obj, predictor, teacher_head, test, img_size, s, device, say)
+        parts.update(_orbits_collapse_probes(enc, measured, test, train, s, device, say))
+    except torch.linalg.LinAlgError as exc:
+        raise DivergedModelError(f"the model's features are too ill-conditioned to measure ({str(exc).splitlines()[0]}); "
+                                 "a diverged run: diagnose a checkpoint from before the divergence") from None
+    parts["probe_split"], parts["found"] = split.to_dict(), found
     say("", None)
     return _json_safe(_assemble(source or {}, head, obj, predictor, teacher_head, enc, data, data_test, test, img_size, s,
                                 parts, say.seconds))
@@ -117,17 +132,27 @@ def _probe_split(data: Any, data_test: Any, data_root: Any, img_size: int, s: Di
     return probe_split(data, data_test, load, n_train=s.n_train, n_test=s.n_test, seed=s.seed)
 
 
+def _objective_key(objective: str | nn.Module) -> str | None:
+    """The registry key of an objective name (None for a built objective); an unknown name is a ValueError."""
+    from geohead.objectives import OBJECTIVES
+
+    if not isinstance(objective, str):
+        return None
+    key = {"barlowtwins": "barlow", "barlow_twins": "barlow"}.get(objective.lower(), objective.lower())
+    if key not in OBJECTIVES:
+        raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)} (or pass an Objective)")
+    return key
+
+
 def _objective(objective: str | nn.Module, head: nn.Module, state: dict[str, Any] | None = None) -> nn.Module:
     """The objective: given, or built by name with its paper defaults sized to the head; for a
     trained model, DINO's teacher temperature is the final one (past the warm-up) and its centre
     the checkpoint's (``state["dino_center"]``) when recorded."""
     from geohead.objectives import OBJECTIVES, get_objective
 
-    if not isinstance(objective, str):
+    key = _objective_key(objective)
+    if key is None:
         return objective
-    key = {"barlowtwins": "barlow", "barlow_twins": "barlow"}.get(objective.lower(), objective.lower())
-    if key not in OBJECTIVES:
-        raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)} (or pass an Objective)")
     out = getattr(head, "out_dim", None)
     args = OBJECTIVES[key].args_for_head({}, int(out)) if isinstance(out, int) else {}
     obj = get_objective(key, **args).eval()
@@ -193,18 +218,6 @@ def _orbits_collapse_probes(enc: InputAdapter, head: nn.Module, test: Any, train
     return {"orbits": orbits, "collapse": collapse, "probes": probes, "n_orbit_images": n_orb}
 
 
-def orbit_summary(orbits: dict[str, Any]) -> dict[str, Any]:
-    """Geometric mean of the width-corrected compression (``compression``: backbone over head,
-    > 1 = the head shrinks orbits more) over the families, and the verdict."""
-    vals = [o["compression"] for o in orbits.values() if isinstance(o.get("compression"), (int, float))
-            and math.isfinite(o["compression"]) and o["compression"] > 0]
-    if not vals:
-        return {"geometric_mean": None, "head": None, "families": 0}
-    g = math.exp(sum(math.log(v) for v in vals) / len(vals))
-    return {"geometric_mean": g, "head": "compresses" if g > 1 else "expands", "families": len(vals),
-            "compressing_families": sorted(k for k, o in orbits.items() if (o.get("compression") or 0) > 1)}
-
-
 def _is_identity(head: nn.Module) -> bool:
     spec = getattr(head, "spec", None)
     w = getattr(getattr(getattr(head, "mlp", None), "fc0", None), "weight", None)
@@ -223,6 +236,7 @@ def _assemble(source: dict[str, Any], head: nn.Module, obj: nn.Module, predictor
                    "total_steps": None, "backbone": cfg.get("name") or type(enc.backbone).__name__,
                    "backbone_dim": parts["collapse"]["backbone"].get("dim"),
                    "head_spec": spec.to_dict() if spec is not None else {"module": type(head).__name__},
+                   "head": parts["found"]["head"], "head_dims": [parts["found"]["in_dim"], parts["found"]["out_dim"]],
                    "predictor_spec": predictor.spec.to_dict() if hasattr(predictor, "spec") else None,
                    "teacher": teacher is not None, "trained_on": None},
         "data": {"name": str(data), "test": str(data_test or data), "n_test": len(test), "img_size": img_size,
@@ -252,10 +266,10 @@ def identity_head(dim: int) -> nn.Module:
 
 def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
                         activation: str | None = None, model_args: dict[str, Any] | None = None,
-                        img_size: int | None = None, data: str = "cifar10", data_test: str | None = None,
+                        img_size: int | None = None, data: str = "shapes", data_test: str | None = None,
                         data_root: str | None = None, mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
                         settings: DiagnoseSettings | None = None,
-                        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                        progress: Callable[[str], None] | str | None = "auto") -> dict[str, Any]:
     """:func:`~geohead.pretrained.load_pretrained` then :func:`diagnose_model` (images at the
     backbone's img_size: a ViT's own, else ``img_size``, else the checkpoint's recorded one, else 32)."""
     from geohead.pretrained.load import load_pretrained

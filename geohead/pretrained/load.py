@@ -144,6 +144,17 @@ def recorded_normalisation(layout: Layout) -> tuple[list[float] | None, list[flo
     return (list(mean), list(std)) if ok else (None, None)
 
 
+def _refuse_non_finite(modules: dict[str, Any]) -> None:
+    """A :class:`~geohead.errors.DivergedModelError` naming the first NaN/inf weight or buffer."""
+    from geohead.errors import DivergedModelError
+
+    for part, module in modules.items():
+        for name, t in [*(module.named_parameters() if module is not None else []), *(module.named_buffers() if module is not None else [])]:
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise DivergedModelError(f"the model has diverged: the {part}'s {name} holds NaN/inf; diagnose a checkpoint "
+                                         "from before the divergence (lower the learning rate)")
+
+
 def load_pretrained(source: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
                     activation: str | None = None, model_args: Mapping[str, Any] | None = None,
                     img_size: int | None = None, require_head: bool = True, teacher: bool = False) -> Pretrained:
@@ -194,6 +205,7 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
                 raise PretrainedError(f"the head under {layout.head_prefix!r} is not expressible as a GeometricHead: {exc}") from None
             layout.notes.append(f"head left out: {exc}")
             layout.head = None
+    _refuse_non_finite({"backbone": backbone, "head": head})
     if head is not None:
         check = check_head(head, mlp, act, layout.name == "lightly" or layout.head_prefix == "projection_head.")
         if not check["allclose"]:

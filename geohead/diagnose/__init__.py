@@ -36,6 +36,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from geohead.errors import DivergedModelError, NonFiniteError
 from geohead.training.checkpoint import Checkpoint, load_checkpoint
 from geohead.training.model import TrainedModels, load_trained, resolve_device
 
@@ -164,10 +165,14 @@ def real_feature_batch(tm: TrainedModels, images: Tensor, mean, std, cfg, seed: 
 
 
 class _Clock:
-    """Seconds spent per part, and the progress line before each part."""
+    """Seconds spent per part, and the progress before each part: a line for a callable
+    ``progress(msg)``, a step of the bar for a :class:`~geohead.diagnose.progress.StageBar`."""
 
     def __init__(self, progress: Callable[[str], None] | None) -> None:
+        from geohead.diagnose.progress import StageBar
+
         self.progress, self.seconds = progress, {}
+        self.bar = isinstance(progress, StageBar)
         self.t, self.part = time.perf_counter(), None
 
     def __call__(self, msg: str, part: str | None = None) -> None:
@@ -175,7 +180,9 @@ class _Clock:
         if self.part is not None:
             self.seconds[self.part] = self.seconds.get(self.part, 0.0) + now - self.t
         self.t, self.part = now, part
-        if self.progress is not None and msg:
+        if self.bar:
+            self.progress(msg, part)
+        elif self.progress is not None and msg:
             self.progress(msg)
 
 
@@ -188,18 +195,24 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     from geohead.data import load_dataset
     from geohead.training.evaluate import run_probes
 
+    from geohead.diagnose.progress import stage_sink
+
     s = (settings or DiagnoseSettings()).validate()
-    say = _Clock(progress)
     device = resolve_device(s.device)
     ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
     tm = load_trained(ck, device)
     cfg = _config(tm.meta, s)
 
+    say = _Clock(stage_sink(progress, len(s.families), s.probes))
     say("data", "data")  # first, so that a bad --data fails before any measurement
     split, train_data = _split(cfg, s)
     test = split.test
-    parts = _curvature(tm, test, cfg, s, device, say)
-    parts.update(_orbits_and_collapse(tm, test, s, device, say))
+    try:
+        parts = _curvature(tm, test, cfg, s, device, say)
+        parts.update(_orbits_and_collapse(tm, test, s, device, say))
+    except (torch.linalg.LinAlgError, NonFiniteError) as exc:
+        raise DivergedModelError(f"the model has diverged: its features are non-finite or too ill-conditioned to measure "
+                                 f"({str(exc).splitlines()[0]}); diagnose a checkpoint from before the divergence") from None
     parts["probes"] = None
     if s.probes:
         say("guillotine probes", "probes")
@@ -278,6 +291,8 @@ def _orbits_and_collapse(tm: TrainedModels, test: Any, s: DiagnoseSettings, devi
 def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, test: Any, parts: dict[str, Any],
               seconds: dict[str, float]) -> dict[str, Any]:
     """The report's JSON layout (``format: geohead.diagnose/1``)."""
+    from geohead.diagnose.verdict import orbit_summary
+
     meta, bb = tm.meta, tm.meta["backbone"]
     report = {
         "format": "geohead.diagnose/1",
@@ -293,104 +308,11 @@ def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, 
                  "mean": meta["data"]["mean"], "std": meta["data"]["std"]},
         "settings": dataclasses.asdict(s),
         **{k: parts[k] for k in ("escape", "hessian", "density", "orbits", "collapse", "probes")},
+        "orbit_summary": orbit_summary(parts["orbits"]),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},
     }
     report["settings"]["families"] = list(s.families)
     return report
-
-
-# ---------------------------------------------------------------------- table
-def fmt(x: Any) -> str:
-    """How the table prints one number (4 significant digits; ints as ints; missing as '-')."""
-    if x is None:
-        return "-"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, str):
-        return x
-    return f"{x:.4g}"
-
-
-def _rows(header: list[str], rows: list[list[Any]]) -> list[str]:
-    cells = [header] + [[fmt(v) if not isinstance(v, str) else v for v in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    out = []
-    for j, r in enumerate(cells):
-        out.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
-    return out
-
-
-def _read_lines(pre: dict[str, Any]) -> list[str]:
-    """What was read from a checkpoint trained elsewhere: layout, prefixes, the head check, notes."""
-    if not pre:
-        return []
-    check = pre.get("head_check")
-    line = (f"read: {pre.get('layout')} layout, backbone prefix {(pre.get('backbone') or {}).get('prefix')!r}, head prefix "
-            f"{pre.get('head_prefix')!r}; " + (f"head check vs {check['reference']}: max |difference| "
-                                               f"{fmt(check['max_abs_diff'])} (exact: {fmt(check['exact'])})" if check else "no head check"))
-    return [line] + [f"  note: {n}" for n in pre.get("notes", []) if n.startswith("no head")]
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """The report as plain-text tables (every number printed with :func:`fmt`)."""
-    src, data, e, h = report["source"], report["data"], report["escape"], report["hessian"]
-    hs = src["head_spec"]
-    lines = _read_lines(report.get("pretrained") or {})
-    lines += [
-        f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
-        f"{hs.get('activation')} depth {hs.get('depth')} {hs.get('in_dim')}->{hs.get('hidden_dim')}->{hs.get('out_dim')}"
-        f" | step {src['step']}/{src['total_steps']}",
-        f"data: {data['test']} ({data['n_test']} test images; normalised with the training mean/std)",
-        "",
-        f"Escape curvature at complete collapse (B={e['batch_size']}, spread {fmt(e['spread'])}, {e['dtype']}, BN {e['bn_mode']}, "
-        f"{e['frame']} frame)",
-        f"  equilibrium: {e['equilibrium']} (|grad_Z f| / (max|lambda| |Z|) = {fmt(e['gradient_relative'])}; "
-        + ("a saddle" if e["saddle"] else "no saddle: " + ("no negative curvature" if e["stationary"] else "not stationary"))
-        + ")",
-    ]
-    tangent = e["frame"] == "tangent"
-    lines += _rows(
-        ["operator", "lambda_min", "lambda_max", "#negative"],
-        [["H_tan = G_tan + M" if tangent else "H_eff = G + M", e["lambda_min_H"], e["lambda_max_H"], e["num_negative_H"]],
-         ["G_tan (pullback)" if tangent else "G (pullback)", e["lambda_min_G"], e["lambda_max_G"], e["num_negative_G"]],
-         ["P hess_e L P" if tangent else "objective Hessian", e["lambda_min_objective"], e["lambda_max_objective"],
-          e["num_negative_objective"]]]
-        + ([["H_eff (ambient, reference)", e["lambda_min_H_ambient"], None, e["num_negative_H_ambient"]]] if tangent else []),
-    )
-    lines.append(
-        f"  head curvature along the escape direction v'Mv = {fmt(e['head_curvature'])} (v'Gv = {fmt(e['pullback_curvature'])}), "
-        f"head share {fmt(e['head_share'])}, |M|/|H| = {fmt(e['m_over_h'])}, Thm 4.1 premise holds: {fmt(e['premise_holds'])}"
-    )
-    lines += ["", f"Effective Hessian at real features (B={data['hessian_samples']}, two training views, {h['dtype']}, BN eval)"]
-    lines += _rows(
-        ["lambda_min", "lambda_max", "#negative", "cond (within rank)", "|M|/|H|", "converged"],
-        [[h["lambda_min"], h["lambda_max"], h["num_negative"], h["condition_within_rank"], h["m_over_h"], h["converged"]]],
-    )
-    lines += ["", f"Orbit compression, backbone over head ({data['n_orbit_images']} images; > 1: the head shrinks orbits more)"]
-    rows = []
-    for name, o in report["orbits"].items():
-        t = o.get("tangents") or {}
-        rows.append([name, o["compression"], o["compression_paper_l2"], o["compression_paper_var"], t.get("invariance"),
-                     t.get("killed_fraction"), f"{fmt(t.get('rank_backbone'))}->{fmt(t.get('rank_head'))}"])
-    lines += _rows(["family", "relative", "paper_l2", "paper_var", "tangent gain", "killed", "Fisher rank"], rows)
-    summary = report.get("orbit_summary") or {}
-    if summary.get("head"):
-        lines.append(f"  the head {summary['head']} augmentation orbits (geometric mean of 'relative' over "
-                     f"{summary['families']} families: {fmt(summary['geometric_mean'])})")
-    lines += ["", "Collapse monitors (test features)"]
-    lines += _rows(
-        ["space", "RankMe", "alpha-ReQ", "std", "healthy std", "condition", "rank/dim"],
-        [[sp, c["rankme"], c["alpha_req"], c["normalized_std"], c["healthy_std"], c["condition"], f"{c['rank']}/{c['dim']}"]
-         for sp, c in report["collapse"].items()],
-    )
-    if report.get("probes"):
-        from geohead.probes import GuillotineReport
-
-        lines += ["", "Guillotine probes (test accuracy; what the head destroyed the backbone keeps)"]
-        lines += ["  " + line for line in GuillotineReport.from_dict(report["probes"]).table().splitlines()]
-    return "\n".join(lines)
 
 
 def default_json_path(source: str | os.PathLike) -> Path:
@@ -398,5 +320,7 @@ def default_json_path(source: str | os.PathLike) -> Path:
     p = Path(source)
     return p / "diagnose.json" if p.is_dir() else p.with_name(p.stem + ".diagnose.json")
 
+
+from geohead.diagnose.table import fmt, format_table  # noqa: E402  (re-exported: the report's table)
 
 __all__ = ["DiagnoseSettings", "default_json_path", "diagnose", "fmt", "format_table", "real_feature_batch"]

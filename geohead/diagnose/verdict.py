@@ -1,0 +1,88 @@
+"""The one-paragraph verdict a diagnosis report opens with: collapse, orbits, the guillotine gap.
+
+* collapse, per space (backbone features, head embeddings), from the collapse monitors
+  (docs/monitors.md): collapsed when the std of the L2-normalised rows is below
+  :data:`STD_RATIO_COLLAPSED` of the healthy 1/√width, or RankMe below
+  :data:`RANKME_FRACTION_COLLAPSED` of min(N, width);
+* whether the head compresses (> 1) or expands (< 1) augmentation orbits (``orbit_summary``);
+* the guillotine gap: the backbone's kNN class accuracy minus the head's.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+#: std · √width below this is a collapse warning (1 when isotropic, 0 at complete collapse).
+STD_RATIO_COLLAPSED = 0.1
+#: RankMe below this fraction of min(N, width) is a collapse warning (1 direction of 512 is 0.002).
+RANKME_FRACTION_COLLAPSED = 0.02
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def collapse_warning(monitors: dict[str, Any]) -> str | None:
+    """Why one space's monitors (``collapse_monitors(...).to_dict()``) look collapsed, or None."""
+    std, healthy, rankme = _num(monitors.get("normalized_std")), _num(monitors.get("healthy_std")), _num(monitors.get("rankme"))
+    dim, n = monitors.get("dim") or 0, monitors.get("n") or monitors.get("dim") or 0
+    reasons = []
+    if std is not None and healthy:
+        if std / healthy < STD_RATIO_COLLAPSED:
+            reasons.append(f"feature std {std:.2g} against a healthy {healthy:.2g} (ratio {std / healthy:.2g} < "
+                           f"{STD_RATIO_COLLAPSED})")
+    if rankme is not None and dim and rankme < RANKME_FRACTION_COLLAPSED * min(n, dim):
+        reasons.append(f"RankMe {rankme:.3g} of at most {min(n, dim)}")
+    return ", ".join(reasons) or None
+
+
+def _collapse_sentence(collapse: dict[str, Any]) -> str:
+    warned = {sp: w for sp, m in collapse.items() if (w := collapse_warning(m))}
+    if not warned:
+        parts = [f"{sp} RankMe {_num(m.get('rankme')) or 0:.3g}/{m.get('dim')}, std {_num(m.get('normalized_std')) or 0:.2g} "
+                 f"(healthy {_num(m.get('healthy_std')) or 0:.2g})" for sp, m in collapse.items()]
+        return "No collapse warning (" + "; ".join(parts) + ")."
+    return " ".join(f"WARNING: the {sp} looks collapsed: {w}." for sp, w in warned.items())
+
+
+def orbit_summary(orbits: dict[str, Any]) -> dict[str, Any]:
+    """Geometric mean of the width-corrected compression (``compression``: backbone over head,
+    > 1 = the head shrinks orbits more) over the families, and the verdict."""
+    vals = [o["compression"] for o in orbits.values() if isinstance(o.get("compression"), (int, float))
+            and math.isfinite(o["compression"]) and o["compression"] > 0]
+    if not vals:
+        return {"geometric_mean": None, "head": None, "families": 0}
+    g = math.exp(sum(math.log(v) for v in vals) / len(vals))
+    return {"geometric_mean": g, "head": "compresses" if g > 1 else "expands", "families": len(vals),
+            "compressing_families": sorted(k for k, o in orbits.items() if (o.get("compression") or 0) > 1)}
+
+
+def _orbit_sentence(summary: dict[str, Any]) -> str:
+    g = _num(summary.get("geometric_mean"))
+    if summary.get("note"):
+        return f"Orbits: {summary['note']}."
+    if summary.get("head") is None or g is None:
+        return "Orbits: no finite orbit compression measured."
+    what = "shrinks augmentation orbits more than the backbone" if g > 1 else "spreads augmentation orbits more than the backbone"
+    return (f"The head {summary['head']} ({what}: geometric mean {g:.3g} over {summary.get('families')} families, "
+            f"> 1 compresses).")
+
+
+def _gap_sentence(probes: dict[str, Any] | None) -> str:
+    cls = ((probes or {}).get("targets") or {}).get("class")
+    if not cls:
+        return "No guillotine probes."
+    b, h = _num(cls["backbone"].get("knn")), _num(cls["head"].get("knn"))
+    if b is None or h is None:
+        return "Guillotine probes: no finite kNN accuracy."
+    keep = "the backbone keeps what the head drops: use the backbone" if b > h else "the head loses nothing the probe sees"
+    return f"Guillotine gap (kNN class accuracy): backbone {b:.3f} vs head {h:.3f}, {b - h:+.3f} ({keep})."
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """The paragraph: collapse warnings, compresses / expands, the guillotine gap."""
+    return " ".join([_collapse_sentence(report.get("collapse") or {}), _orbit_sentence(report.get("orbit_summary") or {}),
+                     _gap_sentence(report.get("probes"))])
+
+
+__all__ = ["RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "collapse_warning", "orbit_summary", "verdict"]
