@@ -21,8 +21,10 @@ from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_
 @click.option("--n-test", type=int, default=1000, show_default=True, help="Test images (monitors, probe test set).")
 @click.option("--n-train", type=int, default=2000, show_default=True, help="Probe training images.")
 @click.option("--orbit-images", type=int, default=64, show_default=True, help="Images per augmentation orbit family.")
-@click.option("--hessian-samples", type=int, default=64, show_default=True, help="Batch of the effective Hessian at real features.")
-@click.option("--collapse-batch", type=int, default=16, show_default=True, help="Batch of the collapsed state.")
+@click.option("--tangent-orbits", type=int, default=8, show_default=True,
+              help="Orbits whose tangents give the tangent invariance and Fisher rank (0: all; each costs a forward-mode product per direction).")
+@click.option("--hessian-samples", type=int, default=32, show_default=True, help="Batch of the effective Hessian at real features.")
+@click.option("--collapse-batch", type=int, default=8, show_default=True, help="Batch of the collapsed state.")
 @click.option("--families", default="rotate,hue,saturation,blur,crop", show_default=True, help="Orbit families, comma-separated.")
 @click.option("--no-probes", is_flag=True, help="Skip the guillotine probes.")
 @click.option("--no-linear", is_flag=True, help="kNN probes only (no linear probes).")
@@ -30,7 +32,7 @@ from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_
 @click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:K or auto.")
 @foreign_options
 def diagnose(source: str, data: str | None, data_test: str | None, data_root: str | None, json_path: str | None, mode: str,
-             n_test: int, n_train: int, orbit_images: int, hessian_samples: int, collapse_batch: int, families: str,
+             n_test: int, n_train: int, orbit_images: int, tangent_orbits: int, hessian_samples: int, collapse_batch: int, families: str,
              no_probes: bool, no_linear: bool, seed: int, device: str, **foreign: Any) -> None:
     """Curvature at collapse, H_eff at real features, orbit compression per augmentation, collapse
     monitors and guillotine probes of the backbone + head in SOURCE: a geohead run folder or
@@ -47,7 +49,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     from geohead.io import atomic_write_text, folder_problem
 
     settings = DiagnoseSettings(
-        data=data, data_test=data_test, data_root=data_root, n_test=n_test, n_train=n_train, n_orbit_images=orbit_images,
+        data=data, data_test=data_test, data_root=data_root, n_test=n_test, n_train=n_train, n_orbit_images=orbit_images, tangent_orbits=tangent_orbits or None,
         hessian_samples=hessian_samples, collapse_batch=collapse_batch, mode=mode,
         families=tuple(f.strip() for f in families.split(",") if f.strip()), probes=not no_probes, linear=not no_linear,
         seed=seed, device=device,

@@ -51,8 +51,14 @@ class DiagnoseSettings:
             split into disjoint probe-train and probe-test parts, :mod:`geohead.probes.splits`).
         n_test: test images (collapse monitors, probe test set); n_train: probe training images.
         n_orbit_images: images per orbit family (each gives P views, P = the family's sweep).
-        hessian_samples: batch size B of the H_eff at real features.
-        collapse_batch: batch size of the collapsed state.
+        tangent_orbits: the tangent invariance and Fisher rank from the first this many orbits
+            (one forward-mode product per tangent direction each: on a 2048-wide head the cost and
+            memory of the orbits stage; None: all ``n_orbit_images``). The default 8 is the
+            search's; the orbit spreads and the compression use every orbit.
+        hessian_samples: batch size B of the H_eff at real features (its dimension is B·d: the
+            default 32 keeps a ResNet-18's (d = 512) at 16384, half the former 64's cost).
+        collapse_batch: batch size B of the collapsed state (H_eff there is B·d-dimensional, float64
+            in accurate mode: the default 8 keeps a ResNet-18's at 4096, a quarter of the former 16's cost).
         refine: L-BFGS iterations that look for a collapsed equilibrium near the drawn state
             (used instead of it when one is found; 0 measures the drawn state as it is).
         mode: ``"accurate"`` (float64, converged Lanczos) or ``"fast"`` (float32, screening).
@@ -68,8 +74,9 @@ class DiagnoseSettings:
     n_test: int = 1000
     n_train: int = 2000
     n_orbit_images: int = 64
-    hessian_samples: int = 64
-    collapse_batch: int = 16
+    tangent_orbits: int | None = 8
+    hessian_samples: int = 32
+    collapse_batch: int = 8
     refine: int = 50
     mode: str = "accurate"
     density_probes: int = 4
@@ -95,6 +102,8 @@ class DiagnoseSettings:
         for key in ("n_test", "n_train", "n_orbit_images", "density_probes", "density_steps"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        if self.tangent_orbits is not None and self.tangent_orbits < 1:
+            raise ValueError(f"tangent_orbits must be >= 1 or None (all orbits), got {self.tangent_orbits}")
         if self.refine < 0:
             raise ValueError(f"refine must be >= 0 (L-BFGS iterations), got {self.refine}")
         for key in ("hessian_samples", "collapse_batch"):
@@ -280,7 +289,8 @@ def _orbits_and_collapse(tm: TrainedModels, test: Any, s: DiagnoseSettings, devi
         fam = ORBIT_FAMILIES[name]
         say(f"orbits: {name}", "orbits")
         orbits[name] = orbit_invariance(encode, tm.model.head, images01.to(device), fam.fn, fam.params,
-                                        labels=test.labels[:n_orb], generator=torch.Generator().manual_seed(s.seed)).to_dict()
+                                        labels=test.labels[:n_orb], generator=torch.Generator().manual_seed(s.seed),
+                                        tangent_orbits=s.tangent_orbits).to_dict()
         orbits[name]["description"] = fam.description
     say("collapse monitors", "collapse")
     feats, embs = extract(tm.model.backbone, tm.model.head, test.images, mean, std, device, channels_last=tm.channels_last)

@@ -203,7 +203,7 @@ def _orbits_collapse_probes(enc: InputAdapter, head: nn.Module, test: Any, train
         fam = ORBIT_FAMILIES[name]
         say(f"orbits: {name}", "orbits")
         orbits[name] = orbit_invariance(encode, head, images01, fam.fn, fam.params, labels=test.labels[:n_orb],
-                                        generator=torch.Generator().manual_seed(s.seed)).to_dict()
+                                        generator=torch.Generator().manual_seed(s.seed), tangent_orbits=s.tangent_orbits).to_dict()
         orbits[name]["description"] = fam.description
     say("collapse monitors", "collapse")
     zero, one = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
