@@ -99,7 +99,8 @@ def test_report_errors(tmp_path, monkeypatch) -> None:
     assert not (tmp_path / "run" / "report.html").exists()
 
 
-def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("relative", [True, False])
+def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch, relative) -> None:
     """A search folder, with geohead.search's plotting stood in by a stub (this test checks the
     report's side of the contract: call write_search_plots(folder), embed what it returns and
     the PNGs search.json names)."""
@@ -124,12 +125,18 @@ def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch) -> None:
         calls.append(Path(out_dir))
         return [draw(Path(out_dir) / "criteria_vs_accuracy.png", "scatter")]
 
+    draw(folder / "extra.png", "a plot search.json does not name")
     monkeypatch.setitem(sys.modules, "geohead.search", types.SimpleNamespace(write_search_plots=write_search_plots))
+    if relative:  # the search's default folder is relative (runs/search_barlow): plots were joined twice
+        monkeypatch.chdir(tmp_path)
+        folder = Path("search")
     res = CliRunner().invoke(main, ["report", str(folder)])
     assert res.exit_code == 0, res.output
     assert calls == [folder]
     html_text = (folder / "report.html").read_text()
-    assert embedded(html_text) == [(folder / "criteria_vs_accuracy.png").read_bytes(), (folder / "pareto.png").read_bytes()]
+    assert embedded(html_text) == [(folder / name).read_bytes() for name in ("criteria_vs_accuracy.png", "pareto.png",
+                                                                              "extra.png")]
+    assert "no plots" not in html_text
     assert "geohead search report: barlow" in html_text and "geohead.HeadSpec" in html_text
 
 

@@ -251,8 +251,9 @@ def _search_report(folder: Path) -> _Page:
             named.append(q)
         else:
             page.notes.append(f"search.json names {p}, which does not exist")
-    for p in made + named:
-        p = p if p.is_absolute() else folder / p
+    # the plots drawn now (paths as given, relative to the working folder like ``folder`` itself),
+    # those search.json names, then every other PNG the folder holds
+    for p in made + named + sorted(folder.glob("*.png")):
         if p.is_file() and p.resolve() not in {q.resolve() for q in page.pngs}:
             page.pngs.append(p)
     page.blocks.append(("Search", "\n".join(_img(p) for p in page.pngs) or "<p>no plots</p>"))
