@@ -10,7 +10,7 @@ import sys
 from typing import Any, TextIO
 
 #: Typical share of each stage (per orbit family for ``orbits``), in arbitrary units.
-WEIGHTS: dict[str, float] = {"data": 2.0, "escape": 10.0, "hessian": 10.0, "orbits": 4.0, "collapse": 6.0, "probes": 12.0}
+WEIGHTS: dict[str, float] = {"data": 0.5, "escape": 24.0, "hessian": 15.0, "orbits": 1.5, "collapse": 5.0, "probes": 3.0}
 
 
 class StageBar:
