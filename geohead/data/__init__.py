@@ -8,7 +8,7 @@
 """
 from __future__ import annotations
 
-from geohead.data.dataset import ImageData, channel_stats
+from geohead.data.dataset import ImageData, channel_stats, normalisation_problem
 from geohead.data.loaders import DATASET_NAMES, load_dataset
 from geohead.data.orbits import ORBIT_FAMILIES, OrbitFamily
 from geohead.data.shapes import FACTOR_NAMES, SHAPE_CLASSES, make_shapes, render_shapes
@@ -18,5 +18,5 @@ from geohead.data.views import Views, make_view_fn
 __all__ = [
     "DATASET_NAMES", "FACTOR_NAMES", "ImageData", "ORBIT_FAMILIES", "OrbitFamily", "RECIPES",
     "SHAPE_CLASSES", "ViewRecipe", "ViewSpec", "Views", "channel_stats", "load_dataset",
-    "make_shapes", "make_view_fn", "render_shapes",
+    "make_shapes", "make_view_fn", "normalisation_problem", "render_shapes",
 ]

@@ -6,6 +6,7 @@ Images stay uint8 and channels-first so that a batch is an index away from the d
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal, Sequence, Union
 
 import torch
@@ -156,3 +157,19 @@ def channel_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]
         means.append(m)
         stds.append(max(var, 1e-12) ** 0.5)
     return tuple(means), tuple(stds)
+
+
+def normalisation_problem(name: str, values: object, channels: tuple[int, ...] | None = None) -> str | None:
+    """Why ``values`` cannot be the per-channel ``name`` (``"mean"`` or ``"std"``) of a
+    normalisation: not numbers, not finite, a std not above 0, or (with ``channels``) a count not
+    in it; None when they can be."""
+    try:
+        vals = [float(v) for v in values]  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        return f"{name} {values!r} is not a list of numbers"
+    if channels is not None and len(vals) not in channels:
+        return f"{name} {vals} must be {' or '.join(str(c) for c in channels)} numbers"
+    if not all(math.isfinite(v) for v in vals) or (name == "std" and not all(v > 0 for v in vals)):
+        return f"{name} {vals} must be finite numbers{' above 0' if name == 'std' else ''}"
+    return None
+

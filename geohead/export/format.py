@@ -3,7 +3,6 @@ the tensor checksum, the metadata encoding, and the check that tensors fit a bac
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -75,15 +74,12 @@ def nonfinite_problem(tensors: Mapping[str, Tensor], mean: Any = None, std: Any 
     for name, t in tensors.items():
         if t.is_floating_point() and t.numel() and not bool(torch.isfinite(t).all()):
             return f"tensor {name!r} holds NaN or inf values (the run diverged?)"
+    from geohead.data.dataset import normalisation_problem
+
     for label, values in (("mean", mean), ("std", std)):
-        if values is None:
-            continue
-        try:
-            vals = [float(v) for v in values]
-        except (TypeError, ValueError):
-            return f"{label} {values!r} is not a list of numbers"
-        if not all(math.isfinite(v) for v in vals) or (label == "std" and not all(v > 0 for v in vals)):
-            return f"{label} {vals} must be finite numbers{' above 0' if label == 'std' else ''}"
+        problem = None if values is None else normalisation_problem(label, values)
+        if problem:
+            return problem
     return None
 
 

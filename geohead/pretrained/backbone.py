@@ -133,17 +133,12 @@ def check_model_inputs(backbone: Any, head: Any, mean: Any = None, std: Any = No
         if not isinstance(module, nn.Module) and (module is not None or name in ("backbone", "head")):
             raise PretrainedError(f"{name} must be a torch nn.Module, got {type(module).__name__} {str(module)[:60]!r}; "
                                   "pass the model itself (for a checkpoint file use geohead.diagnose_pretrained(path))")
+    from geohead.data.dataset import normalisation_problem
+
     for name, values in (("mean", mean), ("std", std)):
-        if values is None:
-            continue
-        try:
-            vals = [float(v) for v in values]
-        except (TypeError, ValueError):
-            raise PretrainedError(f"{name} must be 1 or 3 numbers, got {values!r}") from None
-        bad = len(vals) not in (1, 3) or not all(math.isfinite(v) for v in vals) or (name == "std" and min(vals) <= 0)
-        if bad:
-            raise PretrainedError(f"{name} {vals} must be 1 or 3 finite numbers{' above 0' if name == 'std' else ''}; "
-                                  "give the normalisation the backbone was trained with")
+        problem = None if values is None else normalisation_problem(name, values, channels=(1, 3))
+        if problem:
+            raise PretrainedError(f"{problem}; give the normalisation the backbone was trained with")
 
 
 __all__ = ["build_backbone", "check_model_inputs", "infer_architecture"]
