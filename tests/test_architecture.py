@@ -1,4 +1,4 @@
-"""Contracts that keep the layout as docs/architecture.md describes it."""
+"""Contracts that keep the layout as CONTRIBUTING.md describes it."""
 from __future__ import annotations
 
 import shutil
@@ -76,8 +76,8 @@ def test_functions_read_top_to_bottom() -> None:
 
 
 def _architecture_rows() -> list[tuple[str, str]]:
-    """(modules column, what-each-owns column) of docs/architecture.md's table."""
-    section = (ROOT / "docs" / "architecture.md").read_text()
+    """(modules column, what-each-owns column) of CONTRIBUTING.md's table."""
+    section = (ROOT / "CONTRIBUTING.md").read_text()
     rows = [r.split("|")[1:-1] for r in section.splitlines() if r.startswith("| ") and not r.startswith("| layer")]
     return [(cells[1], cells[2]) for cells in rows if len(cells) == 3]
 
@@ -88,12 +88,12 @@ def test_readme_architecture_table_names_every_module() -> None:
     import re
 
     rows = _architecture_rows()
-    assert rows, "no architecture table in docs/architecture.md"
+    assert rows, "no architecture table in CONTRIBUTING.md"
     named = {n.rstrip("/") for col, _ in rows for n in re.findall(r"`([\w/.]+)`", col)}
     pkg = ROOT / "geohead"
     top = {p.stem for p in pkg.glob("*.py") if not p.stem.startswith("_")} | \
           {p.name for p in pkg.iterdir() if (p / "__init__.py").is_file()}
-    assert not top - named, f"top-level modules missing from docs/architecture.md's table: {sorted(top - named)}"
+    assert not top - named, f"top-level modules missing from CONTRIBUTING.md's table: {sorted(top - named)}"
     missing = {}
     for sub in sorted(p for p in pkg.iterdir() if (p / "__init__.py").is_file()):
         owns = " ".join(own for col, own in rows if f"`{sub.name}/`" in col or f"`{sub.name}`" in col)
@@ -101,7 +101,7 @@ def test_readme_architecture_table_names_every_module() -> None:
         words = set(re.findall(r"`(\w+)`", owns))
         if len(mods) > 1 and mods - words:
             missing[sub.name] = sorted(mods - words)
-    assert not missing, f"modules docs/architecture.md's table does not describe: {missing}"
+    assert not missing, f"modules CONTRIBUTING.md's table does not describe: {missing}"
 
 
 def _layer_contract() -> list[list[str]]:

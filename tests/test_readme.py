@@ -1,5 +1,6 @@
-"""The README runs: every ```python block as-is (each in a fresh process, in an empty folder), and
-every geohead command line of its shell blocks exists with the options it uses (``--help`` of
+"""The README and the user docs run: every ```python block of README.md and of DOCS as-is (each in
+a fresh process, in an empty folder), and every geohead command line of their shell blocks exists
+with the options it uses (``--help`` of
 the subcommand lists each ``--option``; ``--set`` keys of ``geohead train`` are valid keys of the
 recipe)."""
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+#: user docs whose code blocks are checked like the README's
+DOCS = ("docs/monitors.md", "docs/diagnose.md", "docs/theory.md")
 
 
 
@@ -33,7 +36,7 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
     return blocks
 
 
-BLOCKS = _fenced_blocks(README)
+BLOCKS = [blk for text in [README, *((ROOT / d).read_text() for d in DOCS)] for blk in _fenced_blocks(text)]
 PYTHON_BLOCKS = [b for lang, b in BLOCKS if lang == "python"]
 SHELL_BLOCKS = [b for lang, b in BLOCKS if lang in ("bash", "sh", "")]
 
@@ -45,8 +48,20 @@ def _first_line(block: str) -> str:
 
 
 def test_the_readme_has_what_it_promises():
-    assert len(PYTHON_BLOCKS) >= 5 and SHELL_BLOCKS
-    assert "esc.lambda_min," not in README  # EscapeCurvature has lambda_min_H, not lambda_min
+    assert len([b for lang, b in _fenced_blocks(README) if lang == "python"]) >= 4 and SHELL_BLOCKS
+    assert "esc.lambda_min," not in "".join(PYTHON_BLOCKS)  # EscapeCurvature has lambda_min_H, not lambda_min
+
+
+def test_the_readme_starts_with_the_user():
+    """At most 15 KB with a table of contents whose links reach its sections, a citation, and
+    the install and test commands CI reads (between their markers)."""
+    assert len(README.encode()) <= 15_000
+    anchors = {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+               for h in re.findall(r"^## (.+)$", README, flags=re.M)}
+    links = re.findall(r"\]\(#([a-z0-9-]+)\)", README.split("## ", 1)[0])
+    assert len(links) >= 8 and set(links) <= anchors, set(links) - anchors
+    assert "@inproceedings{chaudhry2026geometry" in README
+    assert "<!-- main-command -->" in README and "<!-- test-command -->" in README
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[_first_line(b) for b in PYTHON_BLOCKS])

@@ -37,7 +37,7 @@ SCORE_CRITERIA: tuple[str, ...] = ("rankme", "uniformity", "invariance", "fisher
 #: held fixed), uniformity 0.30, invariance 0.04, fisher −0.07, conditioning 0.05; all five
 #: with equal weights 0.57; RankMe alone is the choice (RankMe + uniformity 0.66). The theory's
 #: criteria carry no signal for the backbone's kNN accuracy there; they stay recorded (and are
-#: ``--multi``'s objectives). Checked on CIFAR-10 (README, "Search for a head").
+#: ``--multi``'s objectives). Checked on CIFAR-10 (docs/search.md, "What it has delivered").
 SCORE_WEIGHTS: dict[str, float] = {"rankme": 1.0, "uniformity": 0.0, "invariance": 0.0, "fisher": 0.0, "conditioning": 0.0}
 
 
