@@ -81,12 +81,12 @@ def score_components(crit: dict[str, float]) -> dict[str, float]:
     lost, r = crit.get("fisher_soft_rank_loss", float("nan")), crit.get("fisher_tangent_rank", float("nan"))
     return {
         "rankme": _unit(math.log(rm) / math.log(d)) if rm > 0 and d > 1 else 0.0,
-        # std_ratio_backbone (std of normalised features · √d) was recorded as "std_backbone" before
-        # issue 25; today std_backbone is the std itself everywhere (docs/monitors.md)
+        # std_ratio_backbone (std of normalised features · √d); older studies recorded it as
+        # "std_backbone", which is the std itself everywhere else (docs/monitors.md)
         "uniformity": _unit(crit.get("std_ratio_backbone", crit.get("std_backbone", float("nan")))),
         "invariance": _unit(1.0 / (1.0 + li)) if li >= 0 else 0.0,
         "fisher": _unit(lost / r) if r > 0 else 0.0,  # Σ_families (r − erank) / Σ r
-        # heff_spread was recorded as "heff_isotropy" before issue 25 (same number): old studies still score
+        # older studies recorded heff_spread as "heff_isotropy" (the same number): they still score
         "conditioning": _unit(crit.get("heff_spread", crit.get("heff_isotropy", float("nan")))),
     }
 
