@@ -15,7 +15,7 @@ one failing part keeps the others' numbers; ``DIR/device_check.json`` is rewritt
   skip without CUDA, so the dry run records them as skipped.
 * ``throughput`` - Barlow Twins training throughput through geohead's own ``setup`` /
   ``batch_views`` / ``train_step`` (views made on the device from uint8 images held there):
-  ``recipes/barlow_resnet18_cifar10.toml`` (ResNet-18 with the CIFAR stem, 2048-2048-2048 head,
+  ``geohead/recipes/barlow_resnet18_cifar10.toml`` (ResNet-18 with the CIFAR stem, 2048-2048-2048 head,
   LARS) at batch 256 in fp32, bf16 autocast, bf16 autocast + torch.compile (``--modes``): images/s
   over the timed steps (views included; views alone in ``views_ms``), peak memory
   (``torch.cuda.max_memory_allocated``), the first step's seconds (compilation) and its loss
@@ -67,7 +67,7 @@ import torch  # noqa: E402
 PARTS = ("tests", "throughput", "hvp", "search")
 #: mode -> (TrainConfig.precision, TrainConfig.compile)
 MODES: dict[str, tuple[str, bool]] = {"fp32": ("fp32", False), "bf16": ("bf16", False), "bf16+compile": ("bf16", True)}
-RECIPE = ROOT / "recipes" / "barlow_resnet18_cifar10.toml"
+RECIPE = ROOT / "geohead" / "recipes" / "barlow_resnet18_cifar10.toml"
 CUDA_MARK = re.compile(r"\bpytest\.mark\.cuda\b")  # a test file that marks tests (or itself) cuda
 
 

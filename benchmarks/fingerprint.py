@@ -5,7 +5,7 @@ Prints (and writes to ``--out``) a JSON fingerprint:
 * ``search``: every trial of ``geohead search --objective barlow --trials 6 --timeout 0 --seed 0``
   (``--tiny``: the test suite's tiny search, 4 trials of 2 steps) with its number, state, value,
   head and every recorded criterion (floats as exact hex), and the verdict;
-* ``train``: the losses of ``geohead train recipes/barlow_shapes_cpu.toml --set optim.max_steps=40``
+* ``train``: the losses of ``geohead train barlow_shapes_cpu --set optim.max_steps=40``
   (``--tiny``: 4 steps on 256 images), as exact hex.
 
 Compare two commits: run it in a worktree of each (``PYTHONPATH=<worktree>``) and diff the files.
@@ -59,7 +59,7 @@ def train_print(tmp: Path, tiny: bool) -> list[str]:
     if tiny:
         sets = [f'out="{tmp / "train"}"', "optim.max_steps=4", "data.n_train=256", "optim.batch_size=64",
                 "probe.enabled=false", "track.progress=false", "track.log_every=1"]
-    train(load_recipe(root / "recipes" / "barlow_shapes_cpu.toml", sets))
+    train(load_recipe(root / "geohead" / "recipes" / "barlow_shapes_cpu.toml", sets))
     lines = [json.loads(x) for x in (tmp / "train" / "metrics.jsonl").read_text().splitlines()]
     return [_hex(r["loss"]) for r in lines if "loss" in r and r.get("kind") is None]
 

@@ -1,6 +1,6 @@
 """What GeometryMonitor costs a training loop: step time with vs without the monitor.
 
-The setting of ``recipes/barlow_shapes_cpu.toml``: Barlow Twins on the built-in shapes data,
+The setting of ``geohead/recipes/barlow_shapes_cpu.toml``: Barlow Twins on the built-in shapes data,
 ``resnet18_w16`` (channels-last), the recipe's 512-512 SiLU head, batch 256 (two views, one
 concatenated forward), SGD; the monitor on the backbone and the head with the recipe's
 ``monitor_every`` = 20. The loop is a plain PyTorch loop (what the monitor is for).

@@ -175,7 +175,7 @@ def preset_head(objective: str, smooth: bool, widths: str) -> dict[str, Any]:
 
     spec: dict[str, Any] = {}
     if widths == "recipe":
-        recipe = tomllib.loads((ROOT / "recipes" / f"{objective}_shapes_cpu.toml").read_text())
+        recipe = tomllib.loads((ROOT / "geohead" / "recipes" / f"{objective}_shapes_cpu.toml").read_text())
         spec = dict(recipe.get("head", {}).get("spec", {}))
     return {"preset": objective, "smooth": smooth, "spec": spec}
 

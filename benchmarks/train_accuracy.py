@@ -4,7 +4,7 @@ Two experiments (issue #5), each run through ``geohead.training.loop.train`` exa
 does; the untrained numbers are the same probes on the same model before its first update
 (``train(callback=...)`` at epoch 0), so "trained" and "untrained" share data, seed and probes:
 
-* ``--shapes``: every ``recipes/*_shapes_cpu.toml`` in full: kNN accuracy (k=20, T=0.07) of
+* ``--shapes``: every ``geohead/recipes/*_shapes_cpu.toml`` in full: kNN accuracy (k=20, T=0.07) of
   backbone and head outputs for the class and the hue and rotation factors (4 quantile bins,
   chance 0.25), untrained vs trained;
 * ``--cifar``: Barlow Twins on ../shared/data/cifar10_train_10k.npz with the CPU backbone,
@@ -53,7 +53,7 @@ def knn(report: dict, target: str, space: str) -> float:
 
 def shapes(overrides: list[str]) -> None:
     rows = []
-    for recipe in sorted((ROOT / "recipes").glob("*_shapes_cpu.toml")):
+    for recipe in sorted((ROOT / "geohead" / "recipes").glob("*_shapes_cpu.toml")):
         with tempfile.TemporaryDirectory() as tmp:
             r = run(recipe, overrides, Path(tmp) / "run")
         rows.append((recipe.stem.replace("_shapes_cpu", ""), r))
@@ -75,7 +75,7 @@ def cifar(overrides: list[str], epochs: int) -> None:
     rows = []
     for smooth in (True, False):
         with tempfile.TemporaryDirectory() as tmp:
-            r = run(ROOT / "recipes" / "barlow_shapes_cpu.toml", base + [f"head.smooth={str(smooth).lower()}"] + overrides,
+            r = run(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", base + [f"head.smooth={str(smooth).lower()}"] + overrides,
                     Path(tmp) / "run")
         rows.append(("SiLU GeometricHead" if smooth else "ReLU (standard)", r))
         print(f"{rows[-1][0]}: {r['steps']} steps in {r['seconds']:.0f} s, final loss {r['final_loss']:.4f}", flush=True)

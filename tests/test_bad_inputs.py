@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from tiny_runs import ROOT, TINY, tiny_run
 
-RECIPE = str(ROOT / "recipes" / "barlow_shapes_cpu.toml")
+RECIPE = str(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml")
 TRAIN_TINY = [a for item in TINY for a in ("--set", item)]
 SEARCH_TINY = ["--steps", "2", "--trials", "1", "--n-train", "64", "--batch-size", "16", "--probe-train", "32",
                "--probe-test", "32", "--timeout", "30", "--no-progress", "--device", "cpu"]

@@ -83,7 +83,7 @@ def test_cuda_trained_run_exports_and_loads_bit_exact_on_cpu(tmp_path, no_tf32) 
 
     run = tmp_path / "run"
     # bf16 autocast (precision auto), channels-last ResNet, Hessian monitors: all on CUDA
-    result = train(load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", TINY + [f'out="{run}"', 'device="cuda"']))
+    result = train(load_recipe(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", TINY + [f'out="{run}"', 'device="cuda"']))
     assert next(result.model.parameters()).device.type == "cuda" and result.steps == 2
     ck = load_checkpoint(run)
     assert ck.meta["config"]["device"] == "cuda"

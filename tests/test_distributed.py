@@ -62,7 +62,7 @@ def test_torchrun_recipe_equals_single_process(tmp_path) -> None:
     from geohead.training.config import load_recipe
     from geohead.training.loop import train
 
-    recipe = ROOT / "recipes" / "barlow_shapes_cpu.toml"
+    recipe = ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml"
     sets = ["data.n_train=256", "optim.batch_size=64", "optim.max_steps=2", "head.spec.hidden_dim=64",
             "track.log_every=1", "track.monitor_every=2", "track.progress=false", "probe.enabled=false",
             'backbone.name="vit_tiny_cifar"', "backbone.args={depth=2, embed_dim=64, num_heads=2}",

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from tiny_runs import ROOT, TINY, tiny_run
 
-RECIPE = str(ROOT / "recipes" / "barlow_shapes_cpu.toml")
+RECIPE = str(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml")
 
 
 @pytest.fixture()

@@ -73,7 +73,7 @@ def test_train_says_how_the_run_differs_from_the_proxy(tmp_path):
     spec = HeadSpec(in_dim=64, out_dim=256, depth=1, activation="identity", norm=None, last_norm="batch")
     path = tmp_path / "best_head.json"
     spec.to_json(path, found_on={"backbone": "tiny", "d": 64, "steps": 100, "epochs": 2.5, "n_train": 2000})
-    cfg = load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{path}"'])  # w16: d = 128, 6 epochs
+    cfg = load_recipe(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{path}"'])  # w16: d = 128, 6 epochs
     note = _rescale_note(cfg, str(path))
     assert "found on d=64 features; this backbone gives d=128" in note
     assert "linear 64->256 last_norm=batch whiten=none -> linear 128->512 last_norm=batch whiten=none" in note
@@ -81,4 +81,4 @@ def test_train_says_how_the_run_differs_from_the_proxy(tmp_path):
     assert cfg.head.resolve("barlow", 128) == spec.rescale(128)
     same = tmp_path / "same.json"
     spec.rescale(128).to_json(same, found_on={"d": 128, "epochs": 6, "n_train": 10000})
-    assert _rescale_note(load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{same}"']), str(same)) is None
+    assert _rescale_note(load_recipe(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{same}"']), str(same)) is None

@@ -59,7 +59,7 @@ def test_the_training_loop_writes_the_record(tmp_path) -> None:
     from geohead.training.config import load_recipe
     from geohead.training.loop import train
 
-    cfg = load_recipe("recipes/barlow_shapes_cpu.toml", [
+    cfg = load_recipe("barlow_shapes_cpu", [
         f'out="{tmp_path / "run"}"', "data.n_train=128", "data.n_test=64", "optim.batch_size=32", "optim.max_steps=2",
         "track.monitor_every=1", "probe.enabled=false", "track.progress=false", 'backbone.name="resnet18_w16"'])
     train(cfg)

@@ -101,7 +101,7 @@ def test_train_probes_on_disjoint_parts(one_file, spy) -> None:
     from geohead.training.model import build_models, training_data
 
     root = Path(__file__).resolve().parents[1]
-    cfg = load_recipe(root / "recipes" / "barlow_shapes_cpu.toml",
+    cfg = load_recipe(root / "geohead" / "recipes" / "barlow_shapes_cpu.toml",
                       [f'data.name="{one_file}"', "probe.n_train=60", "probe.n_test=30", "probe.linear=false"])
     model, *_ = build_models(cfg)
     out = run_probes(cfg, model.eval(), training_data(cfg), torch.device("cpu"), load_dataset)

@@ -35,7 +35,7 @@ def test_search_train_export_diagnose_report_are_quiet(tmp_path):
                   "--trials", "1", "--timeout", "0", "--probe-train", "128", "--probe-test", "64", "--no-progress",
                   "--out", str(tmp_path / "search")], ROOT)
     assert "0 failed" in search.stdout  # a warning turned error inside a trial would fail the trial
-    recipe = str(ROOT / "recipes" / "barlow_shapes_cpu.toml")
+    recipe = str(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml")
     run(["train", recipe, "--out", str(tmp_path / "run"), *sets(TINY + ["probe.enabled=true", "probe.n_train=64",
                                                                          "probe.n_test=64"])], ROOT)
     run(["export", str(tmp_path / "run"), "--out", str(tmp_path / "export")], ROOT)
@@ -46,7 +46,7 @@ def test_search_train_export_diagnose_report_are_quiet(tmp_path):
 
 @pytest.mark.skipif(sys.platform == "win32", reason="torchrun with gloo")
 def test_train_under_torchrun_is_quiet(tmp_path):
-    recipe = str(ROOT / "recipes" / "barlow_shapes_cpu.toml")
+    recipe = str(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml")
     args = ["-m", "torch.distributed.run", "--nproc_per_node", "2", "--rdzv_backend", "c10d",
             "--rdzv_endpoint", "127.0.0.1:0", "-m", "geohead.cli", "train", recipe, "--out", str(tmp_path / "dist")]
     args += sets(["data.n_train=128", "optim.batch_size=32", "optim.max_steps=2", "head.spec.hidden_dim=32",

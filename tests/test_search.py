@@ -63,7 +63,7 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
     assert head(torch.randn(4, 128)).shape[1] == spec.output_dim
     from geohead.training.config import load_recipe
 
-    cfg = load_recipe(ROOT / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{out / "pick_head.json"}"'])
+    cfg = load_recipe(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{out / "pick_head.json"}"'])
     assert cfg.head.resolve("barlow", 128) == spec
     assert summary["plots"] == ["criteria_vs_knn.png", "pareto_front.png", "param_importances.png"]
     assert summary["spearman"]["n"] == len(done) and set(summary["trials"]) >= {"complete", "pruned", "failed"}

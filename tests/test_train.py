@@ -18,7 +18,7 @@ from geohead.cli import main
 from geohead.training.config import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
-RECIPES = sorted((ROOT / "recipes").glob("*_shapes_cpu.toml"))
+RECIPES = sorted((ROOT / "geohead" / "recipes").glob("*_shapes_cpu.toml"))
 SMALL = [
     "data.n_train=256", "data.n_test=128", "optim.batch_size=64", "optim.max_steps=3",
     "probe.n_train=256", "probe.n_test=128", "track.log_every=1", "track.monitor_every=3",
@@ -37,9 +37,9 @@ def losses(run: Path) -> dict[int, float]:
 
 def test_six_recipes_exist() -> None:
     assert [p.name.split("_")[0] for p in RECIPES] == ["barlow", "byol", "dino", "simclr", "simsiam", "vicreg"]
-    assert len(list((ROOT / "recipes").glob("*_resnet18_cifar10.toml"))) == 6
-    assert len(list((ROOT / "recipes").glob("*_vit_tiny_cifar10.toml"))) == 6
-    for p in (ROOT / "recipes").glob("*.toml"):
+    assert len(list((ROOT / "geohead" / "recipes").glob("*_resnet18_cifar10.toml"))) == 6
+    assert len(list((ROOT / "geohead" / "recipes").glob("*_vit_tiny_cifar10.toml"))) == 6
+    for p in (ROOT / "geohead" / "recipes").glob("*.toml"):
         load_recipe(p)  # every recipe validates
 
 
@@ -75,7 +75,7 @@ def test_shapes_recipe_trains_end_to_end(recipe: Path, tmp_path) -> None:
 def test_resume_continues_the_same_loss_curve(tmp_path) -> None:
     from geohead.training.loop import train
 
-    recipe = ROOT / "recipes" / "byol_shapes_cpu.toml"  # EMA teacher + predictor: the most state
+    recipe = ROOT / "geohead" / "recipes" / "byol_shapes_cpu.toml"  # EMA teacher + predictor: the most state
     extra = ["optim.max_steps=4", "track.ckpt_every=1", "probe.enabled=false"]
     train(small_cfg(recipe, tmp_path / "straight", extra))
     train(small_cfg(recipe, tmp_path / "resumed", ["optim.max_steps=2", "track.ckpt_every=1", "probe.enabled=false"]))
@@ -90,7 +90,7 @@ def test_resume_continues_the_same_loss_curve(tmp_path) -> None:
 
 
 def test_killed_run_resumes(tmp_path) -> None:
-    recipe = ROOT / "recipes" / "barlow_shapes_cpu.toml"
+    recipe = ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml"
     out = tmp_path / "run"
     args = [sys.executable, "-m", "geohead.cli", "train", str(recipe), "--out", str(out)]
     sets = [a for s in SMALL + ["optim.epochs=5", "optim.max_steps=20", "track.ckpt_every=1", "probe.enabled=false"] for a in ("--set", s)]
@@ -126,7 +126,7 @@ def test_diverging_run_stops_and_keeps_last_good_checkpoint(tmp_path, monkeypatc
         return (loss * float("nan") if calls["n"] == 3 else loss), f, e
 
     monkeypatch.setattr(T, "ssl_step", poisoned)
-    cfg = small_cfg(ROOT / "recipes" / "simclr_shapes_cpu.toml", tmp_path / "run",
+    cfg = small_cfg(ROOT / "geohead" / "recipes" / "simclr_shapes_cpu.toml", tmp_path / "run",
                     ["optim.max_steps=5", "track.ckpt_every=1", "probe.enabled=false"])
     with pytest.raises(T.TrainingDiverged, match=r"loss became nan at step 2 .*last good checkpoint .*\(step 2\)"):
         T.train(cfg)
@@ -142,7 +142,7 @@ def test_bad_recipe_fails_before_training(tmp_path) -> None:
     assert res.exit_code == 2
     assert "unknown key 'optim.learning_rate'" in res.output and "Traceback" not in res.output
     assert not out.exists()
-    res = CliRunner().invoke(main, ["train", str(ROOT / "recipes" / "barlow_shapes_cpu.toml"), "--set", "optim.name=adam"])
+    res = CliRunner().invoke(main, ["train", str(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml"), "--set", "optim.name=adam"])
     assert res.exit_code == 2 and "choose one of ['lars', 'sgd', 'adamw']" in res.output
     res = CliRunner().invoke(main, ["train", str(tmp_path / "missing.toml")])
     assert res.exit_code == 2 and "does not exist" in res.output
@@ -151,7 +151,7 @@ def test_bad_recipe_fails_before_training(tmp_path) -> None:
 def test_different_run_in_folder_is_refused(tmp_path) -> None:
     from geohead.training.loop import train
 
-    recipe = ROOT / "recipes" / "vicreg_shapes_cpu.toml"
+    recipe = ROOT / "geohead" / "recipes" / "vicreg_shapes_cpu.toml"
     train(small_cfg(recipe, tmp_path / "run", ["optim.max_steps=1", "probe.enabled=false"]))
     with pytest.raises(ValueError, match="holds a different run"):
         train(small_cfg(recipe, tmp_path / "run", ["optim.max_steps=1", "probe.enabled=false", "optim.lr=0.01"]))

@@ -1,6 +1,6 @@
 """Tiny training runs shared by the export / diagnose / report tests (trained once per session).
 
-``tiny_run(tmp_path_factory, recipe, backbone=None)`` trains ``recipes/<recipe>_shapes_cpu.toml``
+``tiny_run(tmp_path_factory, recipe, backbone=None)`` trains ``geohead/recipes/<recipe>_shapes_cpu.toml``
 for one or two steps on a few images (seconds on 2 cores) and returns the run folder.
 """
 from __future__ import annotations
@@ -26,6 +26,6 @@ def tiny_run(tmp_path_factory, recipe: str, backbone: str | None = None, extra: 
         over = TINY + [f'out="{out}"'] + list(extra)
         if backbone:
             over.append(f'backbone.name="{backbone}"')
-        train(load_recipe(ROOT / "recipes" / f"{recipe}_shapes_cpu.toml", over))
+        train(load_recipe(ROOT / "geohead" / "recipes" / f"{recipe}_shapes_cpu.toml", over))
         _CACHE[key] = out
     return _CACHE[key]

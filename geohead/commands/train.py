@@ -16,9 +16,11 @@ from geohead.commands import fail, toml_str
 @click.option("--device", help="auto, cpu, cuda or cuda:K.")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the folder instead of resuming it.")
 def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: str | None, device: str | None, overwrite: bool) -> None:
-    """Train the SSL pipeline of RECIPE (a TOML file), probe it, and write the run folder.
+    """Train the SSL pipeline of RECIPE, probe it, and write the run folder.
 
-    A run folder that already holds the same run is resumed from its last checkpoint.
+    RECIPE is a TOML file or the name of a recipe shipped with geohead, e.g. barlow_shapes_cpu
+    (an unknown name lists them). A run folder that already holds the same run is resumed from
+    its last checkpoint.
     """
     from geohead.training.config import ConfigError, load_recipe
 

@@ -23,6 +23,7 @@ import sys
 import types
 import typing
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -386,21 +387,52 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     return out
 
 
-def load_recipe(path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    """Read a TOML recipe, apply overrides, validate; raises :class:`ConfigError`."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"recipe {str(path)!r} does not exist")
+def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """Read a TOML recipe, apply overrides, validate; raises :class:`ConfigError`.
+
+    ``recipe`` is a path to a TOML file, or the name of a recipe shipped in the package
+    (``"barlow_shapes_cpu"``, see :func:`packaged_recipes`), so that ``geohead train NAME`` works
+    from an installed wheel; an existing file of that name wins.
+    """
+    label, raw = _recipe_bytes(recipe)
     try:
-        d = tomllib.loads(path.read_bytes().decode("utf-8"))
+        d = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"recipe {str(path)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 TOML") from None
+        raise ConfigError(f"recipe {label!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"recipe {str(path)!r} is not valid TOML: {exc}") from None
+        raise ConfigError(f"recipe {label!r} is not valid TOML: {exc}") from None
     if not d:
-        raise ConfigError(f"recipe {str(path)!r} is empty; a recipe names at least its objective "
-                          "(objective = \"barlow\"), see recipes/*.toml")
+        raise ConfigError(f"recipe {label!r} is empty; a recipe names at least its objective "
+                          "(objective = \"barlow\"), see geohead/recipes/*.toml")
     return config_from_dict(apply_overrides(d, overrides or []))
+
+
+#: The folder of the packaged recipes inside the ``geohead`` package (package-data in pyproject.toml).
+RECIPE_FOLDER = "recipes"
+
+
+def packaged_recipes() -> list[str]:
+    """The names of the recipes shipped in the package (``geohead train NAME``), sorted."""
+    folder = resources.files("geohead") / RECIPE_FOLDER
+    if not folder.is_dir():
+        return []
+    return sorted(f.name[: -len(".toml")] for f in folder.iterdir() if f.name.endswith(".toml"))
+
+
+def _recipe_bytes(recipe: str | Path) -> tuple[str, bytes]:
+    """(how to name it in messages, its bytes) of a recipe file or packaged recipe name."""
+    path = Path(recipe)
+    if path.is_file():
+        return str(path), path.read_bytes()
+    name = path.name[: -len(".toml")] if path.suffix == ".toml" else path.name
+    known = packaged_recipes()
+    if len(path.parts) == 1 and name in known:  # a bare name (or NAME.toml): the packaged recipe
+        return name, (resources.files("geohead") / RECIPE_FOLDER / f"{name}.toml").read_bytes()
+    if path.suffix == ".toml" or len(path.parts) > 1:
+        hint = f"; the packaged recipe {name!r} is `geohead train {name}`" if name in known else ""
+        raise ConfigError(f"recipe {str(path)!r} does not exist{hint}")
+    raise ConfigError(f"unknown recipe {str(recipe)!r}: give a TOML file or the name of a packaged recipe, "
+                      f"one of {known}")
 
 
 def _non_finite(value: Any, key: str) -> str | None:
