@@ -7,9 +7,8 @@
 * ``rungs.csv``: one row per (trial, successive-halving rung) with the score, its criteria and
   kNN accuracy at that step: the ranking the pruner decided on.
 
-Parameter importance here is the correlation ratio η² (the share of a column's variance across
-completed trials explained by grouping them by one dimension's value, "n/a" being a value for
-dimensions a depth-1 head does not have): model-free, computed from trials.csv alone.
+Parameter importances are :mod:`geohead.search.importance`'s (Optuna's PED-ANOVA, as
+optuna-dashboard shows them).
 """
 from __future__ import annotations
 
@@ -159,6 +158,56 @@ def spearman(xs: Sequence[Any], ys: Sequence[Any]) -> dict[str, Any]:
     return {"rho": rho if math.isfinite(rho) else None, "p": p if math.isfinite(p) else None, "n": n}
 
 
+#: Below this many pairs :func:`spearman_test` is exact: it enumerates all n! pairings.
+EXACT_BELOW = 10
+
+
+def spearman_test(xs: Sequence[Any], ys: Sequence[Any]) -> dict[str, Any]:
+    """Spearman ρ, two-sided p-value, n and ``exact`` over the pairs where both are finite numbers.
+
+    Below :data:`EXACT_BELOW` pairs the p-value is a permutation test over every pairing of the
+    values (``scipy.stats.permutation_test``, ``permutation_type="pairings"``, all n! of them): the
+    asymptotic p-value of :func:`spearman` is meaningless there (0 for n = 3 and ρ = 1). From
+    :data:`EXACT_BELOW` on it is :func:`spearman`'s."""
+    pairs = [(a, b) for a, b in ((num(x), num(y)) for x, y in zip(xs, ys)) if a is not None and b is not None]
+    n = len(pairs)
+    if n >= EXACT_BELOW:
+        return {**spearman(xs, ys), "exact": False}
+    if n < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+        return {"rho": None, "p": None, "n": n, "exact": False}
+    import numpy as np
+    from scipy.stats import permutation_test, rankdata
+
+    rx = rankdata([a for a, _ in pairs])
+    ry = rankdata([b for _, b in pairs])
+    ry = ry - ry.mean()
+
+    def rho(x: Any, axis: int = -1) -> Any:
+        # Pearson's r of the ranks (Spearman's ρ, ties as average ranks); permuting x keeps its ranks
+        xc = x - x.mean(axis=axis, keepdims=True)
+        return (xc * ry).sum(axis=axis) / np.sqrt((xc ** 2).sum(axis=axis) * (ry ** 2).sum())
+
+    res = permutation_test((rx,), rho, permutation_type="pairings", vectorized=True,
+                           n_resamples=math.factorial(n), alternative="two-sided")
+    return {"rho": float(res.statistic), "p": float(res.pvalue), "n": n, "exact": True}
+
+
+def format_rho(test: dict[str, Any]) -> str:
+    """``ρ=+0.50, p=0.45 (exact, n=5)`` of a :func:`spearman_test` result (never ``p=0``: an
+    asymptotic p-value below 0.001 reads ``p<0.001``)."""
+    n = test.get("n", 0)
+    if test.get("rho") is None:
+        return f"ρ n/a (n={n})"
+    p = test.get("p")
+    if p is None:
+        ptxt = "p n/a"
+    elif test.get("exact"):
+        ptxt = f"p={p:.2g}"
+    else:
+        ptxt = "p<0.001" if p < 1e-3 else f"p={p:.2g}"
+    return f"ρ={test['rho']:+.2f}, {ptxt} ({'exact, ' if test.get('exact') else ''}n={n})"
+
+
 def unique_complete(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Completed trials, each head once (trials that repeated a head, ``duplicate_of``, left out)."""
     return [r for r in rows if r.get("state") == "COMPLETE" and r.get("duplicate_of") is None]
@@ -222,27 +271,6 @@ def add_ranks(rows: list[dict[str, Any]], rungs: list[dict[str, Any]]) -> None:
         heads[n]["rank"] = i + 1
 
 
-def importances(rows: list[dict[str, Any]], target: str) -> dict[str, float]:
-    """η² of ``target`` grouped by each head dimension, over completed trials (see the module docstring)."""
-    done = [r for r in unique_complete(rows) if num(r.get(target)) is not None]
-    if len(done) < 3:
-        return {}
-    ys = [float(r[target]) for r in done]
-    mean = sum(ys) / len(ys)
-    total = sum((y - mean) ** 2 for y in ys)
-    out = {}
-    for dim in DIMENSIONS:
-        groups: dict[str, list[float]] = {}
-        for r, y in zip(done, ys):
-            groups.setdefault(str(r.get(dim)), []).append(y)
-        if len(groups) < 2 or total == 0:
-            out[dim] = 0.0
-            continue
-        between = sum(len(g) * (sum(g) / len(g) - mean) ** 2 for g in groups.values())
-        out[dim] = between / total
-    return out
-
-
-__all__ = ["CORRELATED", "LOG_SCALE", "TRUTH", "add_ranks", "correlations", "fmt", "fmt_p", "importances", "num", "rank_heads", "read_trials_csv",
+__all__ = ["CORRELATED", "LOG_SCALE", "TRUTH", "add_ranks", "correlations", "fmt", "fmt_p", "format_rho", "num", "rank_heads", "read_trials_csv",
            "rung_correlations",
-           "rung_rows", "spearman", "trial_rows", "unique_complete", "write_trials_csv"]
+           "rung_rows", "spearman", "spearman_test", "EXACT_BELOW", "trial_rows", "unique_complete", "write_trials_csv"]

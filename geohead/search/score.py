@@ -52,6 +52,16 @@ SCORE_WEIGHTS: dict[str, float] = {"rankme": 1.0, "uniformity": 0.0, "invariance
 #: points over the published one; on VICReg it picked RankMe's head (-2.0), which the verdict drops
 #: on its backbone kNN.
 THEORY_WEIGHTS: dict[str, float] = {"rankme": 1.0, "conditioning": 1.0, "low_compression": 1.0, "fisher_erank": 1.0}
+#: Human-readable names of the score's criteria (plot titles; the keys are those of the weights).
+CRITERION_NAMES: dict[str, str] = {
+    "rankme": "backbone RankMe (effective dimension)",
+    "uniformity": "uniformity on the sphere",
+    "invariance": "local invariance",
+    "fisher": "tangent-Fisher rank loss",
+    "conditioning": "H_eff conditioning",
+    "low_compression": "low orbit compression",
+    "fisher_erank": "tangent-Fisher effective rank",
+}
 #: The label-free scores by name (``SearchConfig.score``; ``knn`` is not label-free).
 LABEL_FREE_SCORES: dict[str, dict[str, float]] = {"geometry": SCORE_WEIGHTS, "theory": THEORY_WEIGHTS}
 #: ``geohead search``'s score when none is given (and the label-free score a ``knn`` search records).
@@ -102,5 +112,5 @@ def geometric_score(crit: dict[str, float], weights: dict[str, float] | None = N
     return sum(w[k] * comps[k] for k in w) / total if total > 0 else 0.0
 
 
-__all__ = ["DEFAULT_SCORE", "LABEL_FREE_SCORES", "SCORE_CRITERIA", "SCORE_WEIGHTS", "THEORY_WEIGHTS", "fisher_erank", "geometric_score",
+__all__ = ["CRITERION_NAMES", "DEFAULT_SCORE", "LABEL_FREE_SCORES", "SCORE_CRITERIA", "SCORE_WEIGHTS", "THEORY_WEIGHTS", "fisher_erank", "geometric_score",
            "low_compression", "score_components"]
