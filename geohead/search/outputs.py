@@ -11,7 +11,9 @@
   halving, failed; duplicates), why the search stopped, the budget and its rungs, the Spearman
   correlation of the label-free score with backbone kNN accuracy (ρ, p, n) over completed trials
   and at each rung, the same for every criterion, the best trial, wall time, parameter
-  importances, the PNG names, the optuna-dashboard command, the reference (published head)
+  importances (optuna-dashboard's, :mod:`geohead.search.importance`) and the parameters'
+  distributions they are computed on (``param_distributions``: the plots recompute them from
+  trials.csv), the PNG names, the optuna-dashboard command, the reference (published head)
   trial and the verdict (margin, noise, which head is recommended and why).
 * PNGs from :func:`~geohead.search.plots.write_search_plots`.
 """
@@ -25,7 +27,7 @@ from geohead.io import atomic_write_text
 from geohead.search.plots import write_search_plots
 from geohead.search.reference import reference_trial
 from geohead.search.results import (  # noqa: F401 - read_trials_csv: callers of the former outputs.read_trials_csv
-    TRUTH, add_ranks, correlations, fmt, fmt_p, importances, num, read_trials_csv, rung_correlations, rung_rows, trial_rows,
+    TRUTH, add_ranks, correlations, fmt, fmt_p, num, read_trials_csv, rung_correlations, rung_rows, trial_rows,
     unique_complete, write_trials_csv,
 )
 
@@ -87,6 +89,7 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     (None: the pick is recommended unchecked, e.g. after an interrupt); ``proxy``: what the heads
     were measured on (:data:`~geohead.heads.spec.FOUND_ON_KEYS`), recorded in search.json, in
     best_head.json / pick_head.json as ``found_on``, and printed with the axes to re-check."""
+    from geohead.search.importance import row_importances, study_distributions
     from geohead.search.score import LABEL_FREE_SCORES
     from geohead.search.storage import count_trials
 
@@ -106,18 +109,21 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
     if recommended is not None:
         _write_best(recommended, out / "best_head.json", proxy)
     corr = correlations(rows)
-    plots = write_search_plots(out)
+    score_name = "multi" if multi else cfg.score
+    weights = dict(LABEL_FREE_SCORES[cfg.score]) if not multi and cfg.score != "knn" else None
+    dists = study_distributions(study)
+    plots = write_search_plots(out, {"score": score_name, "score_weights": weights, "param_distributions": dists})
     counts = count_trials(study)
     summary = {
         "study": study.study_name, "storage": storage, "objective": cfg.objective, "data": cfg.data,
-        "score": "multi" if multi else cfg.score, "criteria": list(study.user_attrs.get("criteria", [])),
+        "score": score_name, "criteria": list(study.user_attrs.get("criteria", [])),
         "settings": study.user_attrs.get("search_config"),
         "trials": {**{k: counts[k] for k in ("done", "complete", "pruned", "failed", "running", "waiting", "duplicates")},
                    "pruned_at_screen": sum(1 for r in rows if str(r.get("pruned_by", "")).startswith("screen")),
                    "pruned_at_rung": sum(1 for r in rows if str(r.get("pruned_by", "")).startswith("successive"))},
         "stopped_by": stopped,
         "escape_criterion": premise,
-        "score_weights": dict(LABEL_FREE_SCORES[cfg.score]) if not multi and cfg.score != "knn" else None,
+        "score_weights": weights,
         "budget": {"min_steps": cfg.min_steps, "max_steps": cfg.max_steps, "reduction_factor": cfg.reduction_factor,
                    "rungs": list(cfg.rungs) if cfg.prune and not multi else []},
         "spearman": corr.get("score", {"rho": None, "p": None, "n": 0}),
@@ -129,7 +135,8 @@ def write_outputs(study: Any, cfg: Any, storage: str, wall_time: float, stopped:
         "proxy": proxy,
         "wall_time_s": wall_time,
         "trial_seconds": sum(float(r["duration_s"]) for r in rows if num(r.get("duration_s")) is not None),
-        "importances": {"score": importances(rows, "score"), TRUTH: importances(rows, TRUTH)},
+        "importances": {key: row_importances(unique_complete(rows), key, dists).values for key in ("score", TRUTH)},
+        "param_distributions": dists,
         "plots": [p.name for p in plots],
         "dashboard": dashboard,
     }

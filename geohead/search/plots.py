@@ -1,35 +1,46 @@
 """The search's PNGs, drawn from trials.csv alone (so ``geohead report`` can rebuild them):
-``criteria_vs_knn.png``, ``pareto_front.png``, ``param_importances.png``."""
+``criteria_vs_knn.png``, ``pareto_front.png``, ``param_importances.png``.
+
+What the score is made of and the parameters' distributions come from search.json (or from the
+search itself, which draws the plots before it writes search.json): which criteria the score
+weighs (:data:`~geohead.search.score.LABEL_FREE_SCORES`) and the distributions optuna-dashboard's
+importances are computed on (:mod:`geohead.search.importance`).
+"""
 from __future__ import annotations
 
-import math
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from geohead.search.results import (
-    CORRELATED, LOG_SCALE, TRUTH, fmt_p, importances, num, read_trials_csv, spearman, unique_complete,
+from geohead.search.importance import Importances, row_importances
+from geohead.search.results import TRUTH, format_rho, num, read_trials_csv, spearman_test, unique_complete
+from geohead.search.score import (
+    CRITERION_NAMES, DEFAULT_SCORE, LABEL_FREE_SCORES, SCORE_CRITERIA, fisher_erank, low_compression,
 )
-from geohead.search.score import SCORE_CRITERIA
 from geohead.search.space import DIMENSIONS
 
 PLOTS = ("criteria_vs_knn.png", "pareto_front.png", "param_importances.png")
 
 
-def _figure(w: float, h: float) -> Any:
+def _figure(w: float, h: float, **kwargs: Any) -> Any:
     """A w × h inch Agg figure at 100 dpi (:func:`geohead.plotting.agg_figure`)."""
     from geohead.plotting import agg_figure
 
-    return agg_figure(w, h, dpi=100)
+    return agg_figure(w, h, dpi=100, **kwargs)
 
 
-def write_search_plots(out_dir: Path) -> list[Path]:
+def write_search_plots(out_dir: Path, meta: Mapping[str, Any] | None = None) -> list[Path]:
     """(Re)create the search PNGs of ``out_dir`` from ``out_dir/trials.csv`` (matplotlib Agg).
 
-    Writes ``criteria_vs_knn.png`` (each criterion against backbone kNN accuracy, Spearman ρ in
-    the panel titles), ``pareto_front.png`` (orbit compression vs backbone RankMe criteria, the
-    Pareto-optimal trials over the score criteria (``SCORE_CRITERIA``) marked, colour = kNN accuracy) and
-    ``param_importances.png`` (η² of score and kNN accuracy per head dimension). Returns the paths
-    written (a plot without data to show is skipped). Raises ``FileNotFoundError`` without trials.csv,
+    Writes ``criteria_vs_knn.png`` (one panel per criterion the score weighs against backbone
+    kNN accuracy, Spearman ρ and its p-value, exact below 10 trials, in each title),
+    ``pareto_front.png`` (orbit compression vs backbone RankMe criteria, the Pareto-optimal
+    trials over the score criteria (``SCORE_CRITERIA``) marked, colour = kNN accuracy) and
+    ``param_importances.png`` (optuna-dashboard's PED-ANOVA importances of the score and of kNN
+    accuracy per head dimension, or a note saying why there are none). ``meta``: search.json's
+    content (``score``, ``score_weights``, ``param_distributions``; default: read from
+    ``out_dir/search.json`` when there is one). Returns the paths written (a plot without data to
+    show is skipped). Raises ``FileNotFoundError`` without trials.csv,
     :class:`~geohead.io.OutsideFolderError` when trials.csv is a link out of ``out_dir``.
     """
     from geohead.io import atomic_write, path_in
@@ -38,11 +49,13 @@ def write_search_plots(out_dir: Path) -> list[Path]:
     path = path_in(out_dir, "trials.csv", "search file")
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist; run `geohead search --out {out_dir}` first")
-    rows = read_trials_csv(path)
-    done = unique_complete(rows)
+    meta = _read_meta(out_dir) if meta is None else meta
+    done = unique_complete(read_trials_csv(path))
+    draw = (lambda: _plot_criteria(done, scored_terms(meta)), lambda: _plot_pareto(done),
+            lambda: _plot_importances(done, meta.get("param_distributions")))
     written = []
-    for name, fn in zip(PLOTS, (_plot_criteria, _plot_pareto, _plot_importances)):
-        fig = fn(done)
+    for name, fn in zip(PLOTS, draw):
+        fig = fn()
         if fig is None:
             (out_dir / name).unlink(missing_ok=True)
             continue
@@ -52,28 +65,75 @@ def write_search_plots(out_dir: Path) -> list[Path]:
     return written
 
 
-def _plot_criteria(done: list[dict[str, Any]]):
-    names = [c for c in CORRELATED if sum(num(r.get(c)) is not None and num(r.get(TRUTH)) is not None for r in done) >= 2]
-    if not names:
+def _read_meta(out_dir: Path) -> dict[str, Any]:
+    """search.json's content, or {} (none, not JSON, not an object, a link out of the folder)."""
+    from geohead.io import OutsideFolderError, path_in
+
+    try:
+        meta = json.loads(path_in(out_dir, "search.json", "search file").read_text())
+    except (OSError, ValueError, OutsideFolderError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def scored_terms(meta: Mapping[str, Any]) -> dict[str, float]:
+    """The criteria the search's score weighs and their weights (zero weights left out): search.json's
+    ``score_weights``, else the weights of its ``score`` (``multi``: the five objectives), else the
+    default score's (a ``knn`` search records the default label-free score)."""
+    weights = meta.get("score_weights")
+    if not (isinstance(weights, dict) and weights):
+        score = meta.get("score")
+        if score == "multi":
+            weights = {c: 1.0 for c in SCORE_CRITERIA}
+        else:
+            weights = LABEL_FREE_SCORES.get(score if isinstance(score, str) else "", LABEL_FREE_SCORES[DEFAULT_SCORE])
+    return {k: float(w) for k, w in weights.items() if num(w) is not None and float(w) > 0}
+
+
+def term_value(row: Mapping[str, Any], key: str) -> float | None:
+    """Criterion ``key`` of a trials.csv row, in [0, 1] as the score uses it: its ``score_<key>``
+    column, or, for the two terms recorded only as raw criteria, their transform of those."""
+    recorded = num(row.get(f"score_{key}"))
+    if recorded is not None:
+        return recorded
+    if key == "low_compression" and num(row.get("compression")) is not None:
+        return low_compression(float(row["compression"]))
+    if key == "fisher_erank" and num(row.get("fisher_effective_rank")) is not None and num(row.get("dim_backbone")):
+        return fisher_erank(float(row["fisher_effective_rank"]), float(row["dim_backbone"]))
+    return None
+
+
+def _plot_criteria(done: list[dict[str, Any]], terms: Mapping[str, float]) -> Any:
+    """One panel per criterion of ``terms`` (key -> weight) against backbone kNN accuracy, or None
+    when no criterion has two trials to show."""
+    from matplotlib.ticker import MaxNLocator
+
+    pts = {k: [(x, y) for x, y in ((term_value(r, k), num(r.get(TRUTH))) for r in done) if x is not None and y is not None]
+           for k in terms}
+    if not any(len(p) >= 2 for p in pts.values()):
         return None
-    cols = 4
-    nrows = math.ceil(len(names) / cols)
-    fig = _figure(3.2 * cols, 2.6 * nrows)
-    for i, c in enumerate(names):
-        ax = fig.add_subplot(nrows, cols, i + 1)
-        pts = [(num(r.get(c)), num(r.get(TRUTH))) for r in done]
-        pts = [(x, y) for x, y in pts if x is not None and y is not None and (c not in LOG_SCALE or x > 0)]
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=14, color="C3" if c == "score" else "C0", alpha=0.8)
-        if c in LOG_SCALE:
-            ax.set_xscale("log")
-        s = spearman([p[0] for p in pts], [p[1] for p in pts])
-        rho = "n/a" if s["rho"] is None else f"{s['rho']:+.2f} (p={fmt_p(s['p'])})"
-        ax.set_title(f"{c}\nρ = {rho}", fontsize=8)
-        ax.tick_params(labelsize=7)
-        if i % cols == 0:
-            ax.set_ylabel("backbone kNN acc.", fontsize=8)
-    fig.suptitle("label-free criteria vs kNN accuracy (completed trials)", fontsize=10)
-    fig.tight_layout()
+    cols = 2 if len(terms) in (2, 4) else min(3, len(terms))
+    rows = -(-len(terms) // cols)
+    fig = _figure(4.2 * cols, 3.5 * rows, layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    total = sum(terms.values())
+    for ax, (key, weight) in zip(axes, terms.items()):
+        xs, ys = [p[0] for p in pts[key]], [p[1] for p in pts[key]]
+        ax.scatter(xs, ys, s=18, color="C0", alpha=0.8)
+        if not xs:
+            ax.text(0.5, 0.5, "not recorded in trials.csv", ha="center", va="center", transform=ax.transAxes, fontsize=9)
+        ax.set_title(f"{CRITERION_NAMES.get(key, key)}\n{format_rho(spearman_test(xs, ys))}", fontsize=9)
+        ax.set_xlabel(f"criterion in [0, 1] (weight {weight / total:.2g})", fontsize=8)
+        ax.set_ylabel("backbone kNN accuracy", fontsize=8)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(nbins=4))  # few ticks: no overlapping labels
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(terms):]:
+        ax.set_visible(False)
+    score = spearman_test([r.get("score") for r in done], [r.get(TRUTH) for r in done])
+    fig.suptitle(f"the score's criteria vs backbone kNN accuracy (completed trials); the score itself: {format_rho(score)}",
+                 fontsize=10)
     return fig
 
 
@@ -121,27 +181,35 @@ def _plot_pareto(done: list[dict[str, Any]]):
     return fig
 
 
-def _plot_importances(done: list[dict[str, Any]]):
-    imp_s = importances(done, "score")
-    imp_k = importances(done, TRUTH)
-    if not imp_s and not imp_k:
-        return None
-    dims = list(DIMENSIONS)
-    fig = _figure(6.0, 3.6)
+def _plot_importances(done: list[dict[str, Any]], distributions: Mapping[str, Any] | None) -> Any:
+    """Bars of the PED-ANOVA importances (optuna-dashboard's) of the score and of kNN accuracy per
+    head dimension; a target without importances gets a note on the plot saying why."""
+    dists = distributions if isinstance(distributions, dict) and distributions else None
+    imps = {label: row_importances(done, key, dists) for key, label in (("score", "label-free score"),
+                                                                          (TRUTH, "backbone kNN accuracy"))}
+    fig = _figure(6.4, 3.8, layout="constrained")
     ax = fig.add_subplot(1, 1, 1)
-    ys = range(len(dims))
-    h = 0.38
-    if imp_s:
-        ax.barh([y - h / 2 for y in ys], [imp_s.get(d, 0.0) for d in dims], height=h, label="label-free score")
-    if imp_k:
-        ax.barh([y + h / 2 for y in ys], [imp_k.get(d, 0.0) for d in dims], height=h, label="kNN accuracy")
-    ax.set_yticks(list(ys), dims)
-    ax.invert_yaxis()
-    ax.set_xlabel("η² (share of variance explained by the dimension)")
-    ax.set_xlim(0, 1)
-    ax.legend(fontsize=8)
-    ax.set_title(f"parameter importances ({len(done)} completed trials)", fontsize=10)
-    fig.tight_layout()
+    dims = [d for d in DIMENSIONS if any(d in imp.values for imp in imps.values())]
+    shown = {label: imp for label, imp in imps.items() if imp.values}
+    h = 0.8 / max(1, len(shown))
+    for j, (label, imp) in enumerate(shown.items()):
+        ax.barh([i - 0.4 + h * (j + 0.5) for i in range(len(dims))], [imp.values.get(d, 0.0) for d in dims],
+                height=h, label=label, color=f"C{j}")
+    notes = [f"{label}: {imp.note}" for label, imp in imps.items() if not imp.values]
+    if dims:
+        ax.set_yticks(range(len(dims)), dims)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.legend(fontsize=8, loc="lower right")
+    else:
+        ax.set_yticks([])
+    if notes:
+        ax.text(0.5, 0.5 if not dims else 0.02, "no importances for\n" + "\n".join(notes), transform=ax.transAxes,
+                ha="center", va="center" if not dims else "bottom", fontsize=8, wrap=True,
+                bbox={"facecolor": "white", "edgecolor": "0.7"})
+    ax.set_xlabel("importance (PED-ANOVA, as optuna-dashboard; sums to 1)")
+    n = max(imp.n for imp in imps.values())
+    ax.set_title(f"parameter importances ({n} completed trials): which dimensions set the best 10 %", fontsize=10)
     return fig
 
 
