@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from geohead.cli import main
 from geohead.heads import GeometricHead, HeadSpec
 from geohead.search.score import SCORE_WEIGHTS, geometric_score, score_components
-from geohead.search.plots import _pareto, write_search_plots
-from geohead.search.results import importances, read_trials_csv, spearman
+from geohead.search.plots import _pareto, _plot_criteria, scored_terms, write_search_plots
+from geohead.search.results import format_rho, read_trials_csv, spearman, spearman_test
 from geohead.search.space import DIMENSIONS, SearchSpace, SpaceError, parse_constraints
 
 BASE = HeadSpec(in_dim=128, out_dim=64)
@@ -165,17 +165,93 @@ def test_spearman_matches_scipy_and_ignores_missing_values() -> None:
     assert spearman([1, 1, 1], [1, 2, 3])["rho"] is None  # constant column
 
 
-def test_importance_is_the_correlation_ratio() -> None:
-    # score depends on depth only: eta^2(depth) = 1, eta^2 of a balanced unrelated column = 0
-    rows = [{"state": "COMPLETE", "score": float(d), "depth": d, "activation": a, "out_dim": 64}
-            for d in (1, 2) for a in ("silu", "relu")]
-    imp = importances(rows, "score")
-    assert imp["depth"] == pytest.approx(1.0) and imp["activation"] == pytest.approx(0.0) and imp["out_dim"] == 0.0
-    # hand-computed: groups {1,2} and {4}: mean 7/3, between = 2*(1.5-7/3)^2 + (4-7/3)^2, total = sum (y-7/3)^2
-    rows = [{"state": "COMPLETE", "score": y, "norm": g} for y, g in ((1, "a"), (2, "a"), (4, "b"))]
-    m = 7 / 3
-    expect = (2 * (1.5 - m) ** 2 + (4 - m) ** 2) / ((1 - m) ** 2 + (2 - m) ** 2 + (4 - m) ** 2)
-    assert importances(rows, "score")["norm"] == pytest.approx(expect)
+def synthetic_study(n: int, seed: int = 0):
+    """An in-memory study of ``n`` completed heads (hidden_dim conditional on depth > 1), the
+    value (also the ``score`` attribute, as a search records it) driven by depth and activation."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    rng = random.Random(seed)
+    dists = {"depth": IntDistribution(1, 4), "activation": CategoricalDistribution(["silu", "relu", "gelu"]),
+             "out_dim": CategoricalDistribution([32, 64, 128]), "hidden_dim": CategoricalDistribution([64, 128, 256, 512])}
+    study = optuna.create_study(direction="maximize", storage=optuna.storages.InMemoryStorage())
+    for _ in range(n):
+        params = {"depth": rng.randint(1, 4), "activation": rng.choice(["silu", "relu", "gelu"]),
+                  "out_dim": rng.choice([32, 64, 128])}
+        if params["depth"] > 1:
+            params["hidden_dim"] = rng.choice([64, 128, 256])
+        value = 0.3 * params["depth"] + 0.5 * (params["activation"] == "silu") + 0.1 * rng.random()
+        study.add_trial(optuna.trial.create_trial(params=params, distributions={k: dists[k] for k in params}, value=value,
+                                                  user_attrs={"score": value}))
+    return study
+
+
+def test_importances_are_optuna_dashboards(tmp_path) -> None:
+    """PED-ANOVA, the target negated for a maximised objective: what optuna-dashboard shows; the
+    same numbers from trials.csv with the distributions search.json records."""
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+
+    from geohead.search.importance import param_importances, row_importances, study_distributions
+    from geohead.search.results import trial_rows, write_trials_csv
+
+    study = synthetic_study(20)
+    with pytest.warns(UserWarning):  # optuna's note that PED-ANOVA ranks low targets best
+        ref = get_param_importances(study, evaluator=PedAnovaImportanceEvaluator(), target=lambda t: -t.values[0])
+    got = param_importances(study)
+    assert got.values == ref and got.n == 20 and not got.note and next(iter(got.values)) == "depth"
+    write_trials_csv(trial_rows(study), tmp_path / "trials.csv")
+    rows = read_trials_csv(tmp_path / "trials.csv")
+    assert row_importances(rows, "score", study_distributions(study)).values == pytest.approx(ref)
+    assert set(row_importances(rows, "score").values) == set(ref)  # distributions from the values drawn
+    # where importance means nothing: a note, no numbers
+    few = param_importances(synthetic_study(2))
+    assert few.values == {} and "at least 3" in few.note
+    same = [{"state": "COMPLETE", "score": 0.1 * i, "depth": 2, "activation": "silu"} for i in range(5)]
+    assert "one value" in row_importances(same, "score").note
+    flat = [{"state": "COMPLETE", "score": 0.5, "depth": 1 + i % 2} for i in range(5)]
+    assert "same value" in row_importances(flat, "score").note
+
+
+def test_importance_plot_notes_what_it_cannot_compute(tmp_path) -> None:
+    (tmp_path / "trials.csv").write_text("number,state,score,knn_backbone,depth\n0,COMPLETE,0.5,0.3,2\n1,COMPLETE,0.4,0.2,3\n")
+    assert (tmp_path / "param_importances.png") in write_search_plots(tmp_path)
+
+
+def test_exact_spearman_p_enumerates_every_pairing() -> None:
+    import itertools
+
+    from scipy.stats import spearmanr
+
+    x, y = [0.3, 0.1, 0.8, 0.5, 0.9], [0.2, 0.4, 0.7, 0.6, 0.65]
+    rho = spearmanr(x, y).statistic
+    perms = list(itertools.permutations(x))
+    brute = sum(abs(spearmanr(xp, y).statistic) >= abs(rho) - 1e-12 for xp in perms) / len(perms)
+    got = spearman_test(x, y)
+    assert got["exact"] and got["n"] == 5 and got["rho"] == pytest.approx(rho) and got["p"] == pytest.approx(brute)
+    assert format_rho(got) == f"ρ={rho:+.2f}, p={brute:.2g} (exact, n=5)"
+    # n = 3, perfectly ordered: 2 of the 6 pairings are as extreme, never p = 0
+    assert spearman_test([1, 2, 3], [4, 5, 6])["p"] == pytest.approx(1 / 3)
+    assert "e+00" not in format_rho(spearman_test([1, 2, 3], [4, 5, 6]))
+    big = spearman_test(list(range(12)), list(range(12)))
+    assert not big["exact"] and format_rho(big) == "ρ=+1.00, p<0.001 (n=12)"
+
+
+def test_criteria_plot_has_one_panel_per_scored_criterion() -> None:
+    from geohead.search.score import CRITERION_NAMES, THEORY_WEIGHTS
+
+    rng = random.Random(2)
+    done = [{"state": "COMPLETE", "score": rng.random(), "knn_backbone": rng.random(), "score_rankme": rng.random(),
+             "score_conditioning": rng.random(), "compression": rng.random(), "fisher_effective_rank": 10 * rng.random(),
+             "dim_backbone": 128} for _ in range(6)]
+    terms = scored_terms({})  # no search.json: the default (theory) score
+    assert terms == THEORY_WEIGHTS
+    fig = _plot_criteria(done, terms)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title().splitlines()[0] for ax in axes] == [CRITERION_NAMES[k] for k in THEORY_WEIGHTS]
+    assert all("(exact, n=6)" in ax.get_title() for ax in axes)
+    assert all(len(ax.get_xticks()) <= 6 for ax in axes)
+    assert scored_terms({"score": "geometry"}) == {"rankme": 1.0}
+    assert len([ax for ax in _plot_criteria(done, scored_terms({"score": "geometry"})).axes if ax.get_visible()]) == 1
 
 
 def test_pareto_front_of_known_points() -> None:

@@ -87,14 +87,15 @@ def study_distributions(study: Any) -> dict[str, str]:
 
 
 def observed_distributions(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A distribution per head dimension from the values the ``rows`` took ("n/a" and empty cells
-    are absent parameters): depth an integer range, the others categorical in sorted order."""
+    """A distribution per head dimension that took two values or more in the ``rows`` ("n/a" and
+    empty cells are absent parameters): depth an integer range, the others categorical in sorted
+    order."""
     from optuna.distributions import CategoricalDistribution, IntDistribution
 
     out: dict[str, Any] = {}
     for dim in DIMENSIONS:
         values = {r.get(dim) for r in rows} - {None, "n/a"}
-        if not values:
+        if len(values) < 2:  # one value: not a parameter, as a dimension with one candidate is not in the search
             continue
         if dim == "depth" and all(isinstance(v, int) for v in values):
             out[dim] = IntDistribution(min(values), max(values))
