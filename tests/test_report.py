@@ -160,3 +160,71 @@ def test_report_plots_a_folder_of_monitor_jsonl_only(tmp_path) -> None:
     assert (tmp_path / "monitors.png").is_file() and (tmp_path / "report.html").is_file()
     res = CliRunner().invoke(main, ["report", str(tmp_path / "empty_dir_missing")])
     assert res.exit_code == 2
+
+
+PROBES = {"probes": ["knn", "linear"], "split": {"source": "shapes", "held_out": True},
+          "targets": {"class": {"chance": 0.1, "num_classes": 10, "backbone": {"knn": 0.62, "linear": 0.7},
+                                "head": {"knn": 0.45, "linear": 0.5}},
+                      "hue": {"chance": 0.25, "num_classes": 4, "backbone": {"knn": 0.8, "linear": 0.9},
+                              "head": {"knn": 0.3, "linear": 0.35}}}}
+
+
+def figcaptions(html_text: str) -> dict[str, str]:
+    """PNG name -> its caption text, as the report's <figcaption>s write them."""
+    return dict(re.findall(r"<figcaption>([^<:]+\.png)(?:: ([^<]*))?</figcaption>", html_text))
+
+
+@pytest.mark.parametrize("relative", [True, False])
+def test_run_probes_are_plotted_with_a_caption(tmp_path, monkeypatch, relative) -> None:
+    from geohead.report.captions import probes_caption
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 2.0 - 0.1 * s}) + "\n" for s in range(1, 11)))
+    (run / "probes.json").write_text(json.dumps(PROBES))
+    if relative:
+        monkeypatch.chdir(tmp_path)
+        run = Path("run")
+    res = make_report(run)
+    assert [p.name for p in res.pngs] == ["loss.png", "probes.png"]
+    html_text = (run / "report.html").read_text()
+    assert embedded(html_text) == [(run / n).read_bytes() for n in ("loss.png", "probes.png")]
+    captions = figcaptions(html_text)
+    assert "the guillotine gap, expected" in captions["probes.png"] and "backbone 0.620, head 0.450" in captions["probes.png"]
+    assert "falls (1.9 → 1)" in captions["loss.png"]
+    # the other verdicts of the probes' caption
+    level = json.loads(json.dumps(PROBES))
+    level["targets"]["class"]["head"]["knn"] = 0.615
+    assert "level" in probes_caption(level)
+    level["targets"]["class"]["backbone"]["knn"] = level["targets"]["class"]["head"]["knn"] = 0.12
+    assert "near chance" in probes_caption(level)
+
+
+def test_monitor_only_folder_plots_the_loss_it_holds(tmp_path) -> None:
+    """GeometryMonitor records no loss; a loop that writes loss lines into its JSONL (or a loss key
+    on the records) gets the loss curve, captioned; without one, a note says how to get it."""
+    from geohead.report.captions import loss_caption
+
+    rec = {"batch": 16, "rankme_backbone": 5.0, "rankme_head": 3.0, "std_backbone": 0.2, "std_head": 0.2,
+           "std_healthy_backbone": 0.35, "std_healthy_head": 0.5}
+    lines = [{"step": s, **rec} for s in (1, 2, 3)] + [{"step": s, "loss": 1.0} for s in (1, 2, 3)]
+    (tmp_path / "geometry.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    res = make_report(tmp_path)
+    assert [p.name for p in res.pngs] == ["loss.png", "monitors.png"]
+    captions = figcaptions((tmp_path / "report.html").read_text())
+    assert "flat from the start" in captions["loss.png"] and "0.40 of healthy" in captions["monitors.png"]
+    # the loss as a key of the monitor records
+    keyed = tmp_path / "keyed"
+    keyed.mkdir()
+    (keyed / "geometry.jsonl").write_text("".join(json.dumps({"step": s, **rec, "loss": 3.0 / s}) + "\n" for s in (1, 2, 3)))
+    losses, monitors = read_metrics(keyed)
+    assert [r["loss"] for r in losses] == [3.0, 1.5, 1.0] and len(monitors) == 3
+    assert "loss.png" in [p.name for p in make_report(keyed).pngs]
+    # no loss at all: monitors only, and a note
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "geometry.jsonl").write_text("".join(json.dumps({"step": s, **rec}) + "\n" for s in (1, 2)))
+    res = make_report(bare)
+    assert [p.name for p in res.pngs] == ["monitors.png"] and any("holds no loss" in n for n in res.notes)
+    assert "rises" in loss_caption([{"step": s, "loss": float(s)} for s in range(1, 6)])
+    assert "diverged" in loss_caption([{"step": 1, "loss": 1.0}, {"step": 2, "loss": float("nan")}])

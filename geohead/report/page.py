@@ -1,10 +1,12 @@
 """The report page: the PNGs of a run or a search folder in one self-contained ``report.html``.
 
 For a **run folder** (``metrics.jsonl`` / ``last.ckpt`` of ``geohead train``): the training
-curves and, from ``diagnose.json`` (``geohead diagnose`` writes it into the run folder), the
+curves, the end-of-training probes of ``probes.json`` (backbone vs head) and, from ``diagnose.json`` (``geohead diagnose`` writes it into the run folder), the
 geometry figures of :mod:`geohead.report.run_plots` (loss, collapse monitors, Hessian extremes over
 steps; orbit compression, the spectral density of H_eff, guillotine probes), with the run's
-summary tables.
+summary tables. A folder holding only GeometryMonitor JSONL (someone else's loop) gets the
+monitors, and the loss curve where the file holds a loss. Each run figure has a caption
+(:mod:`geohead.report.captions`): what to look for, and what this run shows.
 
 For a **search folder** (``search.json`` / ``trials.csv`` of ``geohead search``): the plots of
 :func:`geohead.search.write_search_plots` (criteria vs accuracy, Pareto front) and any PNG that
@@ -28,6 +30,7 @@ from typing import Any, Iterable
 
 from geohead.io import folder_problem, refuse_links_out
 from geohead.plotting import MatplotlibMissing, require_matplotlib
+from geohead.report.captions import loss_caption, monitors_caption, probes_caption
 from geohead.report.run_plots import (
     plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression, read_metrics,
 )
@@ -86,10 +89,12 @@ def _is_diagnose(path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------- HTML
-def _img(path: Path) -> str:
+def _img(path: Path, caption: str = "") -> str:
+    """``path`` embedded as base64 in a <figure>, captioned with its name and ``caption``."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
+    text = html.escape(path.name) + (f": {html.escape(caption)}" if caption else "")
     return (f'<figure><img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(path.name)}</figcaption></figure>")
+            f"<figcaption>{text}</figcaption></figure>")
 
 
 def write_html(title: str, blocks: Iterable[tuple[str, str]], path: Path) -> Path:
@@ -127,12 +132,13 @@ class _Page:
     pngs: list[Path] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
 
-    def figure(self, made: Path | None) -> list[str]:
-        """``made`` (a PNG a plot wrote, or None) embedded: [its <figure>], or [] when nothing was plotted."""
+    def figure(self, made: Path | None, caption: str = "") -> list[str]:
+        """``made`` (a PNG a plot wrote, or None) embedded with ``caption``: [its <figure>], or []
+        when nothing was plotted."""
         if made is None:
             return []
         self.pngs.append(made)
-        return [_img(made)]
+        return [_img(made, caption)]
 
 
 # ---------------------------------------------------------------------- run folder
@@ -145,6 +151,7 @@ def _run_report(run: Path, out: Path, diag: Path) -> _Page:
         title = f"{Path(str(trained_elsewhere.get('source'))).name} ({trained_elsewhere.get('layout')}, {trained_elsewhere.get('method')})"
         page.title = f"geohead report: {title}"
     _training_section(page, run, out, title)
+    _probes_section(page, run, out)
     _summary_section(page, run)
     _diagnose_section(page, run, out, diag)
     return page
@@ -166,18 +173,40 @@ def _run_title(run: Path, page: _Page) -> str:
 def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
     """Loss, collapse monitors and Hessian extremes over steps, from metrics.jsonl."""
     losses, monitors = read_metrics(run)
-    training = [*page.figure(plot_loss(losses, out / "loss.png", title)),
-                *page.figure(plot_monitors(monitors, out / "monitors.png")),
+    training = [*page.figure(plot_loss(losses, out / "loss.png", title), loss_caption(losses)),
+                *page.figure(plot_monitors(monitors, out / "monitors.png"), monitors_caption(monitors)),
                 *page.figure(plot_hessian_tracking(monitors, out / "hessian.png"))]
     own = (run / "metrics.jsonl").is_file()
     if not losses and own:
         page.notes.append("metrics.jsonl has no loss lines: no training curves")
+    if not losses and not own and monitors:
+        page.notes.append("the GeometryMonitor JSONL holds no loss (the monitor records geometry only): write "
+                          '{"step": s, "loss": x} lines into it from the training loop for the loss curve')
     if not own and not monitors:
         page.notes.append("no metrics.jsonl or GeometryMonitor JSONL here: no curves over steps")
     if (monitors or own) and not any("hessian_lambda_min" in m for m in monitors):
         page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe, or "
                           "GeometryMonitor(objective=..., hessian_every=K), for λ_min/λ_max over steps)")
     page.blocks.append(("Training", "\n".join(training) or "<p>no training metrics</p>"))
+
+
+def _probes_section(page: _Page, run: Path, out: Path) -> None:
+    """The end-of-training probes of ``probes.json`` (kNN/linear accuracy of backbone vs head per
+    target), captioned with what the gap between them says."""
+    path = run / "probes.json"
+    if not path.is_file():
+        return
+    try:
+        probes = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        page.notes.append("probes.json is not valid JSON; skipped")
+        return
+    if not isinstance(probes, dict):
+        page.notes.append("probes.json is not a JSON object; skipped")
+        return
+    made = plot_guillotine(probes, out / "probes.png", title="probes at the end of training: backbone vs head")
+    if made is not None:
+        page.blocks.append(("Probes (probes.json)", "\n".join(page.figure(made, probes_caption(probes)))))
 
 
 def _summary_section(page: _Page, run: Path) -> None:
@@ -322,7 +351,7 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
 
 
 #: The files a report reads in its folder (and the search PNGs it redraws there).
-_READS = ("metrics.jsonl", "config.json", "summary.json", "diagnose.json", "search.json", "trials.csv", "best_head.json",
+_READS = ("metrics.jsonl", "config.json", "summary.json", "probes.json", "diagnose.json", "search.json", "trials.csv", "best_head.json",
           "criteria_vs_knn.png", "pareto_front.png", "param_importances.png")
 
 
@@ -334,7 +363,7 @@ def _draw(folder: Path, kind: str, out: Path, diag: Path) -> _Page:
     except ReportError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        what = "diagnose.json or metrics.jsonl" if kind == "run" else "trials.csv or search.json"
+        what = "diagnose.json, probes.json or metrics.jsonl" if kind == "run" else "trials.csv or search.json"
         raise ReportError(f"{str(folder)!r}: {what} is malformed ({type(exc).__name__}: {str(exc)[:120]}); "
                           f"write it again (geohead {'diagnose' if kind == 'run' else 'search'}) or remove it") from None
     if page.notes:

@@ -58,9 +58,11 @@ def monitor_files(folder: str | os.PathLike) -> list[Path]:
 
 
 def read_metrics(run: str | os.PathLike) -> tuple[list[dict], list[dict]]:
-    """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, the monitor records
-    of the folder's GeometryMonitor JSONL files (:func:`monitor_files`). Lines that fail to parse
-    are skipped."""
+    """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, those of the
+    folder's GeometryMonitor JSONL files (:func:`monitor_files`): the monitor records, and as loss
+    records the lines holding a ``loss`` (the monitor records none itself: a loop may write
+    ``{"step": s, "loss": x}`` lines into the file, or a loss key on the records). Lines that
+    fail to parse are skipped."""
     path = Path(run) / "metrics.jsonl"
     losses, monitors = [], []
     paths = [path] if path.is_file() else monitor_files(run)
@@ -73,6 +75,8 @@ def read_metrics(run: str | os.PathLike) -> tuple[list[dict], list[dict]]:
             continue
         if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
             monitors.append(rec)
+            if paths != [path] and "loss" in rec:  # a loss logged on a GeometryMonitor record
+                losses.append(rec)
         elif "loss" in rec:
             losses.append(rec)
     return losses, monitors
@@ -215,8 +219,10 @@ def plot_density(diag: dict, path: Path, grid_points: int = 600) -> Path | None:
     return _save(fig, path)
 
 
-def plot_guillotine(probes: dict, path: Path) -> Path | None:
-    """Backbone vs head test accuracy per target, one panel per probe (kNN, linear, ...)."""
+def plot_guillotine(probes: dict, path: Path,
+                    title: str = "guillotine: what the backbone keeps and the head destroys") -> Path | None:
+    """Backbone vs head test accuracy per target, one panel per probe (kNN, linear, ...):
+    diagnose.json's probes, or the end-of-training probes.json of a run."""
     targets = (probes or {}).get("targets") or {}
     if not targets:
         return None
@@ -236,7 +242,7 @@ def plot_guillotine(probes: dict, path: Path) -> Path | None:
         ax.set_title(f"{probe} probe")
         ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=8)
-    fig.suptitle("guillotine: what the backbone keeps and the head destroys")
+    fig.suptitle(title)
     return _save(fig, path)
 
 
