@@ -12,6 +12,8 @@ averaging divides it back, so parameter gradients equal those of one process on 
 """
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import Tensor
 
@@ -19,6 +21,18 @@ from torch import Tensor
 def is_distributed() -> bool:
     """True inside an initialised process group of more than one process."""
     return torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+
+def join_from_env() -> bool:
+    """Join the process group that torchrun describes (WORLD_SIZE > 1); gloo on CPU, NCCL on GPU.
+    Returns whether this call initialised it (the caller then destroys it)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
+        return False
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    torch.distributed.init_process_group(backend)
+    return True
 
 
 def world_size() -> int:

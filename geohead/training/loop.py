@@ -34,7 +34,9 @@ from geohead.training.checkpoint import load_checkpoint, load_optimizer, optimiz
 from geohead.training.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
 from geohead.io import atomic_write_text, folder_problem, refuse_links_out
-from geohead.training.model import SSLModel, build_teacher, load_section, resolve_device, seeded_models, training_data
+from geohead.training.model import (
+    SSLModel, build_teacher, load_section, resolve_device, seeded_models, sync_batchnorm, training_data,
+)
 from geohead.objectives import Objective, ema_update_
 
 
@@ -134,7 +136,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
     if problem:
         raise ConfigError(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; choose another out")
     refuse_links_out(cfg.out_dir, ("last.ckpt", "metrics.jsonl", "config.json", "head.json", "probes.json", "summary.json"), "run file", ConfigError)
-    dist_on = _init_distributed()
+    dist_on = distributed.join_from_env()
     try:
         run = setup(cfg, distributed.rank(), distributed.world_size(), data)
         start = restore(run, resume, overwrite)
@@ -146,17 +148,6 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
     finally:
         if dist_on:
             torch.distributed.destroy_process_group()
-
-
-def _init_distributed() -> bool:
-    """Join the process group that torchrun describes (WORLD_SIZE > 1); gloo on CPU, NCCL on GPU."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1 or torch.distributed.is_initialized():
-        return False
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    torch.distributed.init_process_group(backend)
-    return True
 
 
 def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
@@ -184,7 +175,7 @@ def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
     images = data.images.to(device)
     model.to(device)
     objective.to(device)
-    model = _sync_batchnorm(model, cfg, device, world)
+    model = sync_batchnorm(model, cfg, device, world)
     teacher = build_teacher(model) if objective.uses_teacher else None
     optimizer = build_optimizer(cfg.optim, [model], device.type)
 
@@ -202,17 +193,6 @@ def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
         optimizer=optimizer, base_lr=scaled_lr(cfg.optim), train_model=train_model,
         autocast=torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16),
     )
-
-
-def _sync_batchnorm(model: SSLModel, cfg: TrainConfig, device: torch.device, world: int) -> SSLModel:
-    if not (world > 1 and cfg.backbone.sync_batchnorm):
-        return model
-    if device.type != "cuda":
-        raise ValueError(
-            "backbone.sync_batchnorm needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel); on CPU set "
-            "backbone.sync_batchnorm=false (per-process BatchNorm statistics) or use a LayerNorm backbone (ViT)"
-        )
-    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
 
 
 # ---------------------------------------------------------------------- resume and save

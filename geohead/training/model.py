@@ -212,3 +212,15 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     model.to(device).eval()
     objective.to(device).eval()
     return TrainedModels(model, teacher, objective, meta)
+
+
+def sync_batchnorm(model: SSLModel, cfg: TrainConfig, device: torch.device, world: int) -> SSLModel:
+    """``model`` with SyncBatchNorm under torch.distributed when ``backbone.sync_batchnorm`` asks for it."""
+    if not (world > 1 and cfg.backbone.sync_batchnorm):
+        return model
+    if device.type != "cuda":
+        raise ValueError(
+            "backbone.sync_batchnorm needs CUDA (PyTorch's SyncBatchNorm has no CPU kernel); on CPU set "
+            "backbone.sync_batchnorm=false (per-process BatchNorm statistics) or use a LayerNorm backbone (ViT)"
+        )
+    return nn.SyncBatchNorm.convert_sync_batchnorm(model)
