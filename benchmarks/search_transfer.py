@@ -195,7 +195,7 @@ def train_one(cfg: Any) -> dict[str, Any]:
            "knn_backbone": cls["backbone"]["knn"], "linear_backbone": cls["backbone"].get("linear"),
            "knn_head": cls["head"]["knn"], "linear_head": cls["head"].get("linear")}
     (out / "transfer.json").write_text(json.dumps(rec, indent=2) + "\n")
-    (out / "last.ckpt").unlink(missing_ok=True)
+    (out / "last.safetensors").unlink(missing_ok=True)
     return rec
 
 

@@ -53,7 +53,7 @@ def world(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     images = rng.integers(0, 255, (32, 8, 8, 3), dtype=np.uint8)
     np.savez(w / "huge_label.npz", images=images, labels=np.full(32, 2 ** 40, dtype=np.int64))
-    data = bytearray((run / "last.ckpt").read_bytes())
+    data = bytearray((run / "last.safetensors").read_bytes())
     data[-3] ^= 1
     (w / "bitflip.ckpt").write_bytes(bytes(data))
     ck = load_checkpoint(run)
@@ -141,7 +141,7 @@ CLI: list[tuple[str, list[str], str]] = [
     # export
     ("export-out-is-file", ["export", "run", "--out", "file.txt"], "file.txt"),
     ("export-out-through-file", ["export", "run", "--out", "file.txt/x"], "file.txt"),
-    ("export-architecture-on-ckpt", ["export", "run/last.ckpt", "--out", "exp", "--architecture", "resnet18"], "is a geohead run"),
+    ("export-architecture-on-ckpt", ["export", "run/last.safetensors", "--out", "exp", "--architecture", "resnet18"], "is a geohead run"),
     ("export-missing-source", ["export", "missing.ckpt", "--out", "exp"], "missing.ckpt"),
     ("export-model-arg-alone", ["export", "run", "--out", "exp", "--model-arg", "img_size=32"], "--model-arg describes"),
     ("export-model-arg-path", ["export", "weights.safetensors", "--out", "exp", "--architecture", "resnet18",
@@ -189,7 +189,7 @@ def prepared(world) -> Path:
     flip = world / "run_flip"
     if not flip.exists():
         shutil.copytree(world / "run", flip)
-        shutil.copy(world / "bitflip.ckpt", flip / "last.ckpt")
+        shutil.copy(world / "bitflip.ckpt", flip / "last.safetensors")
         (world / "folder_full").mkdir()
         (world / "folder_full" / "keep.txt").write_text("mine\n")
     return world
@@ -378,13 +378,16 @@ def planted(prepared) -> Path:
     out.mkdir()
     for name in ("victim.txt", "victim.png", "secret.json"):
         (out / name).write_text("precious, outside every folder geohead was given\n")
-    shutil.copy(w / "run" / "last.ckpt", out / "last.ckpt")
+    shutil.copy(w / "run" / "last.safetensors", out / "last.safetensors")
     shutil.copy(w / "run" / "metrics.jsonl", out / "metrics.jsonl")
-    for name, target in {"metrics.jsonl": "metrics.jsonl", "last.ckpt": "last.ckpt", "summary.json": "secret.json",
+    for name, target in {"metrics.jsonl": "metrics.jsonl", "last.safetensors": "last.safetensors", "summary.json": "secret.json",
                          "config.json": "secret.json", "diagnose.json": "secret.json"}.items():
         folder = w / f"run_link_{name.split('.')[0]}"
         shutil.copytree(w / "run", folder)
         _link(folder, name, out / target)
+    shutil.copytree(w / "run", w / "run_link_legacy")  # a run written before checkpoints were named last.safetensors
+    (w / "run_link_legacy" / "last.safetensors").unlink()
+    _link(w / "run_link_legacy", "last.ckpt", out / "last.safetensors")
     for name, target in {"criteria_vs_knn.png": "victim.png", "trials.csv": "victim.txt", "search.json": "secret.json",
                          "study.db": "victim.txt"}.items():
         folder = w / f"search_link_{name.split('.')[0]}"
@@ -411,7 +414,7 @@ def planted(prepared) -> Path:
     name = next(k for k in ck.tensors if k.startswith("model.backbone.") and ck.tensors[k].ndim == 4)
     tensors = {**ck.tensors, name: torch.zeros(3, 3)}  # another shape under a checksum that holds
     shutil.copytree(w / "run", w / "run_shape")
-    save_checkpoint(w / "run_shape" / "last.ckpt", tensors, ck.meta)
+    save_checkpoint(w / "run_shape" / "last.safetensors", tensors, ck.meta)
     save_checkpoint(w / "shape.ckpt", tensors, ck.meta)
     return w
 
@@ -420,7 +423,8 @@ BIG = "1000000000"
 TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
     "symlink": [
         ("train-metrics-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_metrics"], "metrics.jsonl"),
-        ("train-ckpt-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_last"], "last.ckpt"),
+        ("train-ckpt-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_last"], "last.safetensors"),
+        ("train-legacy-ckpt-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_legacy"], "last.ckpt"),
         ("train-summary-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_summary"], "summary.json"),
         ("train-config-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_config"], "config.json"),
         ("train-images-link-out", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="images_link"'], "x.png"),
@@ -435,9 +439,11 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("report-search-plot-link-out", ["report", "search_link_criteria_vs_knn", "--out", "r"], "criteria_vs_knn.png"),
         ("report-trials-link-out", ["report", "search_link_trials", "--out", "r"], "trials.csv"),
         ("report-search-json-link-out", ["report", "search_link_search", "--out", "r"], "search.json"),
-        ("export-ckpt-link-out", ["export", "run_link_last", "--out", "e"], "last.ckpt"),
+        ("export-ckpt-link-out", ["export", "run_link_last", "--out", "e"], "last.safetensors"),
+        ("export-legacy-ckpt-link-out", ["export", "run_link_legacy", "--out", "e"], "last.ckpt"),
         ("export-diagnose-of-export-config-link-out", ["diagnose", "exp_link_config", "--json", "d.json"], "config.json"),
-        ("diagnose-ckpt-link-out", ["diagnose", "run_link_last", "--json", "d.json"], "last.ckpt"),
+        ("diagnose-ckpt-link-out", ["diagnose", "run_link_last", "--json", "d.json"], "last.safetensors"),
+        ("diagnose-legacy-ckpt-link-out", ["diagnose", "run_link_legacy", "--json", "d.json"], "last.ckpt"),
     ],
     "loader-keys": [
         ("diagnose-model-arg-pretrained", ["diagnose", "weights.safetensors", "--architecture", "resnet18", "--model-arg",
@@ -546,7 +552,8 @@ def _trust_api_cases() -> dict[str, list[tuple[str, Callable[[Path], Any], str, 
         "symlink": [
             ("load-backbone-config-link-out", lambda w: _export().load_backbone(w / "exp_link_config"), "ExportError", "config.json"),
             ("load-head-spec-link-out", lambda w: _export().load_head(w / "exp_link_head"), "ExportError", "head.json"),
-            ("load-checkpoint-link-out", lambda w: _ckpt().load_checkpoint(w / "run_link_last"), "CheckpointError", "last.ckpt"),
+            ("load-checkpoint-link-out", lambda w: _ckpt().load_checkpoint(w / "run_link_last"), "CheckpointError", "last.safetensors"),
+            ("load-checkpoint-legacy-link-out", lambda w: _ckpt().load_checkpoint(w / "run_link_legacy"), "CheckpointError", "last.ckpt"),
             ("load-dataset-image-link-out", lambda w: load_dataset(w / "images_link"), "ValueError", "symbolic link"),
             ("path-in-parent", lambda w: path_in(w, "../x", "file"), "OutsideFolderError", "../x"),
             ("report-summary-link-out", lambda w: _report().make_report(w / "run_link_summary", w / "r"), "ReportError", "summary.json"),

@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from geohead import GeometricHead
-from geohead.training.checkpoint import CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
+from geohead.training.checkpoint import (
+    CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, run_checkpoint, save_checkpoint,
+)
 
 
 def test_round_trip_model_and_optimizer(tmp_path) -> None:
@@ -16,8 +18,8 @@ def test_round_trip_model_and_optimizer(tmp_path) -> None:
     opt.step()
     tensors = {f"model.{k}": v for k, v in head.state_dict().items()}
     t_opt, m_opt = optimizer_tensors(opt)
-    path = save_checkpoint(tmp_path / "last.ckpt", {**tensors, **t_opt}, {"step": 7, "optimizer": m_opt, "spec": head.spec.to_dict()})
-    ck = load_checkpoint(tmp_path)  # a folder means its last.ckpt
+    path = save_checkpoint(tmp_path / "last.safetensors", {**tensors, **t_opt}, {"step": 7, "optimizer": m_opt, "spec": head.spec.to_dict()})
+    ck = load_checkpoint(tmp_path)  # a folder means its last.safetensors
     assert ck.path == path and ck.meta["step"] == 7
     for k, v in head.state_dict().items():
         assert torch.equal(ck.section("model")[k], v)
@@ -66,7 +68,7 @@ def test_atomic_write_keeps_old_file_when_writing_fails(tmp_path, monkeypatch) -
 
 
 def test_a_checkpoint_replaced_while_it_is_read_reads_as_one_version(tmp_path, monkeypatch) -> None:
-    """A training run renames a new last.ckpt over the old one while a reader (resume, a monitor)
+    """A training run renames a new last.safetensors over the old one while a reader (resume, a monitor)
     has it open: the reader gets the old file's header and tensors together, never a mix (a
     clean-clone CI run once read step 2's header with step 3's tensors and failed the checksum)."""
     import safetensors
@@ -92,3 +94,26 @@ def test_a_checkpoint_replaced_while_it_is_read_reads_as_one_version(tmp_path, m
     monkeypatch.undo()
     later = load_checkpoint(path)
     assert later.meta["step"] == 2 and torch.equal(later.tensors["x"], torch.full((3,), 2.0))
+
+
+def test_a_run_folder_means_last_safetensors_else_an_older_runs_last_ckpt(tmp_path) -> None:
+    """Checkpoints are named for their format (last.safetensors); a folder written before the
+    rename holds last.ckpt, the same file, and reads as it did. Either name planted as a link out
+    of the folder is refused."""
+    import os
+
+    assert run_checkpoint(tmp_path) == tmp_path / "last.safetensors"  # nothing yet: where it goes
+    old = save_checkpoint(tmp_path / "last.ckpt", {"x": torch.ones(2)}, {"step": 1})
+    assert run_checkpoint(tmp_path) == old and load_checkpoint(tmp_path).meta["step"] == 1
+    new = save_checkpoint(tmp_path / "last.safetensors", {"x": torch.ones(2)}, {"step": 2})
+    assert run_checkpoint(tmp_path) == new and load_checkpoint(tmp_path).meta["step"] == 2  # the newer name wins
+    elsewhere = tmp_path.parent / f"{tmp_path.name}_secret.safetensors"
+    elsewhere.write_bytes(new.read_bytes())
+    for name in ("last.safetensors", "last.ckpt"):
+        run = tmp_path / f"link_{name}"
+        run.mkdir()
+        os.symlink(elsewhere, run / name)
+        with pytest.raises(CheckpointError, match=f"{name}' is a symbolic link"):
+            load_checkpoint(run)
+    with pytest.raises(CheckpointError, match="give a run folder or its last.safetensors"):
+        load_checkpoint(tmp_path / "empty")

@@ -144,11 +144,11 @@ def test_diagnose_prints_and_writes_exactly_the_library_numbers(byol_run, tmp_pa
 
 def test_diagnose_default_json_path_and_errors(byol_run, tmp_path) -> None:
     runner = CliRunner()
-    res = runner.invoke(main, ["diagnose", str(byol_run / "last.ckpt"), *FAST, "--no-probes", "--families", "hue"])
+    res = runner.invoke(main, ["diagnose", str(byol_run / "last.safetensors"), *FAST, "--no-probes", "--families", "hue"])
     assert res.exit_code == 0, res.output
     report = json.loads((byol_run / "last.diagnose.json").read_text())
     assert list(report["orbits"]) == ["hue"] and report["probes"] is None
-    raw = (byol_run / "last.ckpt").read_bytes()
+    raw = (byol_run / "last.safetensors").read_bytes()
     (tmp_path / "cut.ckpt").write_bytes(raw[:1000])
     for args, needle in (
         ([str(tmp_path / "nope")], "does not exist"),

@@ -84,7 +84,7 @@ def test_torchrun_recipe_equals_single_process(tmp_path) -> None:
     assert sorted(d) == [1, 2]
     assert abs(d[1] - s[1]) <= 1e-5 * abs(s[1]), (d[1], s[1])
     # rank 0 alone writes: one checkpoint, no stray temp files
-    assert sorted(p.name for p in dist_out.iterdir() if p.suffix == ".ckpt" or p.name.startswith(".")) == ["last.ckpt"]
+    assert sorted(p.name for p in dist_out.iterdir() if p.suffix == ".safetensors" or p.name.startswith(".")) == ["last.safetensors"]
     ck = load_checkpoint(dist_out)
     assert ck.meta["step"] == 2
     assert not any(".module." in k for k in ck.tensors)  # DDP's wrapper never leaks into the file

@@ -280,7 +280,7 @@ def test_bad_files_give_clear_errors_never_a_pickle(resnet_run, vit_run, tmp_pat
         export_backbone(tmp_path / "mixed.ckpt", tmp_path / "mixed_out")
     assert not (tmp_path / "mixed_out").exists()
     # truncated / foreign checkpoints and missing run folders
-    raw = (resnet_run / "last.ckpt").read_bytes()
+    raw = (resnet_run / "last.safetensors").read_bytes()
     (tmp_path / "cut.ckpt").write_bytes(raw[: len(raw) // 3])
     with pytest.raises(CheckpointError, match="truncated or corrupted"):
         export_backbone(tmp_path / "cut.ckpt", tmp_path / "cut_out")

@@ -46,7 +46,7 @@ def _strict_json(text: str):
 
 
 def test_a_flipped_data_bit_stops_the_resume_and_rewrites_nothing(run_copy) -> None:
-    ckpt = run_copy / "last.ckpt"
+    ckpt = run_copy / "last.safetensors"
     data = bytearray(ckpt.read_bytes())
     data[-3] ^= 0x01  # one mantissa bit of a stored value: before, the run resumed from it with exit 0
     ckpt.write_bytes(bytes(data))
@@ -282,28 +282,28 @@ def test_a_read_only_disk_at_a_checkpoint_is_exit_2_and_the_last_checkpoint_stay
 
     import geohead.io as gio
 
-    before = (run_copy / "last.ckpt").read_bytes()
+    before = (run_copy / "last.safetensors").read_bytes()
     real = os.replace
 
     def read_only(src, dst):
-        if Path(dst).name == "last.ckpt":
+        if Path(dst).name == "last.safetensors":
             raise OSError(errno.EROFS, "Read-only file system", str(dst))
         return real(src, dst)
 
     monkeypatch.setattr(gio.os, "replace", read_only)
     res = _train(run_copy, "optim.max_steps=3")
     assert res.exit_code == 2 and DISK_FULL in res.output and "read-only" in res.output, res.output
-    assert (run_copy / "last.ckpt").read_bytes() == before
-    assert not [p.name for p in run_copy.iterdir() if p.name.startswith(".last.ckpt.tmp")]
+    assert (run_copy / "last.safetensors").read_bytes() == before
+    assert not [p.name for p in run_copy.iterdir() if p.name.startswith(".last.safetensors.tmp")]
 
 
 @pytest.mark.parametrize("code, word", [(28, "full"), (30, "read-only"), (122, "full")])
 def test_disk_errors_become_one_error_type(code: int, word: str) -> None:
     from geohead.io import DiskFullError, disk_error
 
-    err = disk_error(OSError(code, os.strerror(code)), "x/last.ckpt")
+    err = disk_error(OSError(code, os.strerror(code)), "x/last.safetensors")
     assert isinstance(err, DiskFullError) and isinstance(err, ValueError) and err.errno == code
-    assert word in str(err) and DISK_FULL in str(err) and "last.ckpt" in str(err)
+    assert word in str(err) and DISK_FULL in str(err) and "last.safetensors" in str(err)
     other = OSError(13, "Permission denied")
     assert disk_error(other, "x") is other
 
@@ -320,7 +320,7 @@ def test_a_flipped_format_tag_does_not_switch_the_checksum_off(run_copy, offset:
     skip the checksum."""
     from geohead.cli import main
 
-    ckpt = run_copy / "last.ckpt"
+    ckpt = run_copy / "last.safetensors"
     pos = ckpt.read_bytes().index(b"geohead.training.checkpoint/1") + offset
     _flip(ckpt, pos)
     out = run_copy.parent / "exp"
@@ -332,7 +332,7 @@ def test_a_flipped_format_tag_does_not_switch_the_checksum_off(run_copy, offset:
 def test_a_flipped_format_tag_stops_diagnose_and_the_resume(run_copy) -> None:
     from geohead.cli import main
 
-    ckpt = run_copy / "last.ckpt"
+    ckpt = run_copy / "last.safetensors"
     _flip(ckpt, ckpt.read_bytes().index(b"geohead.training.checkpoint/1") + 5)
     before = _files(run_copy)
     res = CliRunner().invoke(main, ["diagnose", str(ckpt), "--json", str(run_copy.parent / "d.json")])
@@ -417,7 +417,7 @@ def test_non_finite_weights_are_refused_at_export_and_load(run_copy, tmp_path, m
 
     ck = load_checkpoint(run_copy)
     name = next(k for k in ck.tensors if k.startswith("model.backbone.") and ck.tensors[k].is_floating_point())
-    save_checkpoint(run_copy / "last.ckpt", {**ck.tensors, name: torch.full_like(ck.tensors[name], float("nan"))}, ck.meta)
+    save_checkpoint(run_copy / "last.safetensors", {**ck.tensors, name: torch.full_like(ck.tensors[name], float("nan"))}, ck.meta)
     res = CliRunner().invoke(main, ["export", str(run_copy), "--out", str(tmp_path / "e")])
     assert res.exit_code == 2 and "NaN" in res.output and name[len("model.backbone."):] in res.output, res.output
     assert not (tmp_path / "e").exists()

@@ -61,4 +61,4 @@ def test_train_under_torchrun_is_quiet(tmp_path):
         if "terminate called without an active exception" not in str(e):
             raise
         run(args + ["--overwrite"], ROOT, module=False)
-    assert (tmp_path / "dist" / "last.ckpt").is_file()
+    assert (tmp_path / "dist" / "last.safetensors").is_file()

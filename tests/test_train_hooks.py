@@ -83,7 +83,7 @@ def test_callback_sees_every_epoch_and_the_view_args(tmp_path) -> None:
     train(cfg, callback=callback)
     assert [(e, s) for e, s, _, _ in seen] == [(0, 0), (1, 2), (2, 4)]
     assert all(d == tmp_path / "run" for *_, d in seen)
-    ck = load_checkpoint(tmp_path / "run" / "last.ckpt")
+    ck = load_checkpoint(tmp_path / "run" / "last.safetensors")
     final = seen[-1][2]
     for key, value in ck.section("model").items():
         assert torch.equal(final[key], value), key

@@ -165,8 +165,8 @@ def test_an_edited_head_json_fails_the_checksum(copy_export) -> None:
 
 
 def test_a_flipped_bit_in_a_checkpoint_is_detected(run, tmp_path) -> None:
-    path = tmp_path / "last.ckpt"
-    shutil.copy(run / "last.ckpt", path)
+    path = tmp_path / "last.safetensors"
+    shutil.copy(run / "last.safetensors", path)
     load_checkpoint(path)
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x01  # one mantissa bit of the last tensor's last value
@@ -176,8 +176,8 @@ def test_a_flipped_bit_in_a_checkpoint_is_detected(run, tmp_path) -> None:
 
 
 def test_an_edited_checkpoint_header_is_detected(run, tmp_path) -> None:
-    path = tmp_path / "last.ckpt"
-    data = (run / "last.ckpt").read_bytes()
+    path = tmp_path / "last.safetensors"
+    data = (run / "last.safetensors").read_bytes()
     n = int.from_bytes(data[:8], "little")
     header = json.loads(data[8:8 + n])
     meta = header["__metadata__"]

@@ -183,7 +183,7 @@ def train_or_load(cfg, overwrite: bool = False):
     t = time.perf_counter()
     train(cfg, overwrite=overwrite)
     dt = time.perf_counter() - t
-    ck = load_checkpoint(cfg.out_dir / "last.ckpt")
+    ck = load_checkpoint(cfg.out_dir)  # the run folder's checkpoint
     model, *_ = build_models(cfg)
     model.load_state_dict(ck.section("model"))
     model.eval()

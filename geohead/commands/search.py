@@ -71,7 +71,7 @@ def _workers(value: str) -> int | str:
 @click.option("--no-prune", is_flag=True, help="Train every candidate for --max-steps (no screen, no successive halving).")
 @click.option("--no-escape", is_flag=True, help="Keep heads that cannot escape collapse (the escape constraint off; successive halving stays).")
 @click.option("--heartbeat", type=int, default=20, show_default=True, help="Seconds between heartbeats of a running trial (RDB storages).")
-@click.option("--keep-checkpoints", is_flag=True, help="Keep every trial's last.ckpt.")
+@click.option("--keep-checkpoints", is_flag=True, help="Keep every trial's checkpoint (last.safetensors).")
 @click.option("--no-progress", is_flag=True, help="No progress bar over the study.")
 @click.option("--confirm-seeds", type=int, default=1, show_default=True, help="Fresh seeds at which the verdict re-trains the pick and the published head (0: no verdict runs). Confirmation runs are stored: rerun with more, and --trials set to the heads the study holds, to train only the new seeds.")
 def search(objective: str, data: str, test: str | None, data_root: str | None, download: bool, n_train: int | None, img_size: int, backbone: str | None,

@@ -145,7 +145,7 @@ def export_backbone(
     """Write the backbone of ``source`` alone to ``out_dir`` (see the module docstring).
 
     Args:
-        source: a run folder or ``.ckpt`` file of ``geohead train`` (or a loaded
+        source: a run folder of ``geohead train`` or its checkpoint ``last.safetensors`` (or a loaded
             :class:`~geohead.training.checkpoint.Checkpoint`), geohead's ``SSLModel`` (its ``.backbone``
             is exported, ``.head`` with ``with_head``), or a backbone from
             :func:`geohead.backbones.create_backbone`, or any timm model (trained by lightly,

@@ -89,7 +89,7 @@ class SearchConfig:
             but none is pruned or marked infeasible for it; successive halving stays on). Recorded
             in the study's settings only when off, so studies made before it existed resume.
         heartbeat: seconds between heartbeats of a running trial (RDB storages).
-        keep_checkpoints: keep every trial's last.ckpt (default: deleted once the trial is measured;
+        keep_checkpoints: keep every trial's last.safetensors (default: deleted once the trial is measured;
             ``geohead train --head best_head.json`` retrains the winner at full length).
         progress: one progress bar over the whole study (trials, time, best score).
         confirm_seeds: fresh seeds at which the verdict re-trains the pick and the published head

@@ -47,6 +47,7 @@ from geohead.search.inputs import TrialInputs
 from geohead.search.reference import in_space, is_reference, published_spec
 from geohead.search.storage import INTERRUPTED_ATTR
 from geohead.search.study import head_key, measured_heads, unmeasured_params
+from geohead.training.checkpoint import LAST
 
 
 
@@ -100,7 +101,7 @@ class TrialRunner:
             return self._train_and_measure(trial, spec)
         finally:
             if not self.cfg.keep_checkpoints:
-                (self.trial_dir(trial.number) / "last.ckpt").unlink(missing_ok=True)
+                (self.trial_dir(trial.number) / LAST).unlink(missing_ok=True)
 
     def _start(self, trial: Any) -> tuple[HeadSpec, int | None]:
         """The trial's head and the trial it retries (or None), recorded as user attributes with
@@ -250,7 +251,7 @@ class TrialRunner:
             raise TrialDiverged(f"diverged: {exc}") from None
         finally:
             if not self.cfg.keep_checkpoints:
-                (out / "last.ckpt").unlink(missing_ok=True)
+                (out / LAST).unlink(missing_ok=True)
         crit, comps = self._criteria(result.model, result.teacher, result.objective)
         value = crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
         return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "value": value, "steps_trained": result.steps}

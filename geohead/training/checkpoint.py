@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -23,6 +23,12 @@ from geohead.filekind import read_error
 from geohead.io import SafetensorsReadError, path_in, read_safetensors, save_safetensors, tensor_checksum
 
 FORMAT = "geohead.training.checkpoint/1"
+#: A run folder's checkpoint, named for its format.
+LAST = "last.safetensors"
+#: Its earlier name (the same safetensors file): still read where a run folder has no ``LAST``.
+LEGACY_LAST = "last.ckpt"
+#: Both names, newest first: every reader of a run folder checks them for links out of it.
+RUN_CHECKPOINTS = (LAST, LEGACY_LAST)
 
 
 class CheckpointError(ValueError):
@@ -52,17 +58,26 @@ def save_checkpoint(path: str | Path, tensors: dict[str, Tensor], meta: dict[str
     return save_safetensors(path, body, header)
 
 
+def run_checkpoint(folder: str | Path, error: Callable[[str], Exception] = CheckpointError) -> Path:
+    """The checkpoint of run folder ``folder``: its ``last.safetensors``, else the ``last.ckpt`` of a
+    run written before the rename, else the (missing) ``last.safetensors``. Either name being a
+    link out of the folder raises ``error``, as :func:`geohead.io.path_in` does."""
+    found = [path_in(folder, name, "checkpoint", error) for name in RUN_CHECKPOINTS]
+    return next((p for p in found if p.exists()), found[0])
+
+
 def load_checkpoint(path: str | Path) -> Checkpoint:
-    """Read a checkpoint written by :func:`save_checkpoint`; a run folder means its ``last.ckpt``.
+    """Read a checkpoint written by :func:`save_checkpoint`; a run folder means its checkpoint
+    (:func:`run_checkpoint`: ``last.safetensors``, or ``last.ckpt`` of an older run).
 
     Raises :class:`CheckpointError` (never unpickles anything) for a missing path, a file that
     is not safetensors, a truncated or corrupted file, or one that is not a geohead checkpoint.
     """
     path = Path(path)
-    if path.is_dir():  # a run folder: its own last.ckpt, never one a link elsewhere points at
-        path = path_in(path, "last.ckpt", "checkpoint", CheckpointError)
+    if path.is_dir():  # a run folder: its own checkpoint, never one a link elsewhere points at
+        path = run_checkpoint(path)
     if not path.exists():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a run folder or a .ckpt file)")
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist (give a run folder or its {LAST})")
     try:
         tensors, header = read_safetensors(path, "checkpoint")
     except SafetensorsReadError as exc:

@@ -12,8 +12,9 @@ Everything a step needs is random only through a generator seeded from (seed, st
 resumed run replays exactly the batches and views the killed run would have seen, and N
 processes under torchrun (each applying its slice of the global batch's view parameters) see
 exactly the views of one process. The run folder holds ``config.json``, ``head.json``,
-``metrics.jsonl`` (what ``geohead report`` plots), ``last.ckpt`` (safetensors, atomic) and, at
-the end, ``probes.json`` and ``summary.json``.
+``metrics.jsonl`` (what ``geohead report`` plots), ``last.safetensors`` (the checkpoint, atomic;
+``last.ckpt`` in runs written before, still resumed) and, at the end, ``probes.json`` and
+``summary.json``.
 """
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead._version import __version__
-from geohead.training.checkpoint import load_checkpoint, load_optimizer, optimizer_tensors, save_checkpoint
+from geohead.training.checkpoint import (
+    LAST, LEGACY_LAST, RUN_CHECKPOINTS, load_checkpoint, load_optimizer, optimizer_tensors, run_checkpoint, save_checkpoint,
+)
 from geohead.training.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
 from geohead.io import atomic_write_text, folder_problem, refuse_links_out
@@ -38,6 +41,10 @@ from geohead.training.model import (
     SSLModel, build_teacher, load_section, resolve_device, seeded_models, sync_batchnorm, training_data,
 )
 from geohead.objectives import Objective, ema_update_
+
+
+#: The files of a run folder besides its checkpoint (geohead.training.checkpoint.RUN_CHECKPOINTS).
+RUN_FILES = ("metrics.jsonl", "config.json", "head.json", "probes.json", "summary.json")
 
 
 class TrainingDiverged(RuntimeError):
@@ -114,13 +121,19 @@ class Run:
 
     @property
     def ckpt_path(self) -> Path:
-        return self.cfg.out_dir / "last.ckpt"
+        """Where this run writes its checkpoint."""
+        return self.cfg.out_dir / LAST
+
+    def saved_checkpoint(self) -> Path:
+        """The checkpoint the folder holds now (``last.ckpt`` of an older run until the first save)."""
+        return run_checkpoint(self.cfg.out_dir, ConfigError)
 
 
 # ---------------------------------------------------------------------- setup
 def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
           callback: Callable[[EpochEnd], None] | None = None, data: Any = None) -> RunResult:
-    """Train ``cfg`` end to end; resume from ``<out>/last.ckpt`` when it holds the same run.
+    """Train ``cfg`` end to end; resume from ``<out>/last.safetensors``
+    (or an older run's ``last.ckpt``) when it holds the same run.
 
     ``callback`` (optional) receives an :class:`EpochEnd` before the first update and after
     every epoch, e.g. for per-epoch measurements that the tracker does not make. ``data``
@@ -135,7 +148,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
     problem = folder_problem(cfg.out_dir)
     if problem:
         raise ConfigError(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; choose another out")
-    refuse_links_out(cfg.out_dir, ("last.ckpt", "metrics.jsonl", "config.json", "head.json", "probes.json", "summary.json"), "run file", ConfigError)
+    refuse_links_out(cfg.out_dir, (*RUN_CHECKPOINTS, *RUN_FILES), "run file", ConfigError)
     dist_on = distributed.join_from_env()
     try:
         run = setup(cfg, distributed.rank(), distributed.world_size(), data)
@@ -197,13 +210,14 @@ def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
 
 # ---------------------------------------------------------------------- resume and save
 def restore(run: Run, resume: bool, overwrite: bool) -> int:
-    """Load ``last.ckpt`` when it holds this run (returns its step), or clear the folder for a
+    """Load the folder's checkpoint when it holds this run (returns its step), or clear the folder for a
     fresh run (``overwrite``); writes ``config.json`` and ``head.json``. Returns the first step."""
     cfg, out, start_step = run.cfg, run.out, 0
     if run.is_main:
         out.mkdir(parents=True, exist_ok=True)
-    if run.ckpt_path.exists() and not overwrite:
-        ck = load_checkpoint(run.ckpt_path)
+    saved = run.saved_checkpoint()
+    if saved.exists() and not overwrite:
+        ck = load_checkpoint(saved)
         if not resume:
             raise ValueError(f"{out} already holds a run; pass overwrite=True (--overwrite) or choose another out")
         if _run_identity(ck.meta.get("config", {})) != _run_identity(cfg.to_dict()):
@@ -223,7 +237,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
             truncate_metrics(out / "metrics.jsonl", start_step)
         run.resumed_loss = float(ck.meta.get("last_loss", float("nan")))
     elif run.is_main and overwrite:
-        for name in ("last.ckpt", "metrics.jsonl", "probes.json", "summary.json"):
+        for name in (*RUN_CHECKPOINTS, "metrics.jsonl", "probes.json", "summary.json"):
             (out / name).unlink(missing_ok=True)
     if run.is_main:
         atomic_write_text(out / "config.json", cfg.to_json() + "\n")
@@ -232,7 +246,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
 
 
 def save(run: Run, step: int, last_loss: float) -> None:
-    """Write ``last.ckpt`` (main process): model, teacher, objective and optimiser state with the
+    """Write ``last.safetensors`` (main process): model, teacher, objective and optimiser state with the
     run's metadata (what :func:`geohead.training.model.load_trained` and ``geohead export`` read)."""
     if not run.is_main:
         return
@@ -257,6 +271,7 @@ def save(run: Run, step: int, last_loss: float) -> None:
         "step": step, "epoch": step / run.steps_per_epoch, "optimizer": opt_meta, "last_loss": last_loss,
     }
     save_checkpoint(run.ckpt_path, tensors, meta)
+    (run.out / LEGACY_LAST).unlink(missing_ok=True)  # an older run's checkpoint, resumed from: superseded now
 
 
 # ---------------------------------------------------------------------- one step
@@ -313,8 +328,9 @@ def train_step(run: Run, step: int, views: list[Tensor], lr: float) -> tuple[Ten
     loss, feats0, embs0 = ssl_step(run.objective, run.train_model, run.teacher, views, run.autocast)
     value = loss.item()
     if not math.isfinite(value):
-        saved = load_checkpoint(run.ckpt_path).meta["step"] if run.ckpt_path.exists() else None
-        where = f"the last good checkpoint is {run.ckpt_path} (step {saved})" if saved is not None else "no checkpoint was written yet"
+        path = run.saved_checkpoint()
+        saved = load_checkpoint(path).meta["step"] if path.exists() else None
+        where = f"the last good checkpoint is {path} (step {saved})" if saved is not None else "no checkpoint was written yet"
         raise TrainingDiverged(
             f"loss became {value} at step {step} (epoch {step / run.steps_per_epoch:.2f}); {where}. "
             f"Lower optim.lr (now {cfg.optim.lr}) or add optim.grad_clip, then rerun."
