@@ -35,6 +35,27 @@ def losses(run: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in lines if "loss" in r}
 
 
+def assert_csv_is_jsonl(run: Path) -> list[dict]:
+    """metrics.csv holds metrics.jsonl's records, one row each, every value as written there
+    (an empty cell where a record lacks a column); returns the records."""
+    import csv
+
+    records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(records) > 0
+    for row, rec in zip(rows, records):
+        assert {k: v for k, v in row.items() if v != ""} == {k: str(v) for k, v in rec.items()}, (row, rec)
+    return records
+
+
+def test_six_recipes_exist() -> None:
+    assert [p.name.split("_")[0] for p in RECIPES] == ["barlow", "byol", "dino", "simclr", "simsiam", "vicreg"]
+    assert len(list((ROOT / "geohead" / "recipes").glob("*_resnet18_cifar10.toml"))) == 6
+    assert len(list((ROOT / "geohead" / "recipes").glob("*_vit_tiny_cifar10.toml"))) == 6
+    for p in (ROOT / "geohead" / "recipes").glob("*.toml"):
+        load_recipe(p)  # every recipe validates
+
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
 def test_shapes_recipe_trains_end_to_end(recipe: Path, tmp_path) -> None:
@@ -51,6 +72,7 @@ def test_shapes_recipe_trains_end_to_end(recipe: Path, tmp_path) -> None:
         assert (run / name).is_file(), name
     curve = losses(run)
     assert sorted(curve) == [1, 2, 3] and all(map(lambda v: v == v and abs(v) < 1e6, curve.values()))
+    assert any("hessian_lambda_min" in r for r in assert_csv_is_jsonl(run))  # loss, monitor and Hessian rows
     monitors = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"monitor"' in x]
     assert monitors and {"rankme_backbone", "rankme_head", "std_head", "hessian_lambda_min", "m_over_h"} <= set(monitors[-1])
     ck = load_checkpoint(run)
@@ -79,6 +101,7 @@ def test_resume_continues_the_same_loss_curve(tmp_path) -> None:
     (tmp_path / "resumed" / "last.safetensors").rename(tmp_path / "resumed" / "last.ckpt")
     train(small_cfg(recipe, tmp_path / "resumed", extra))  # picks up at step 2
     assert [p.name for p in (tmp_path / "resumed").glob("last.*")] == ["last.safetensors"]  # the old name, superseded, is gone
+    assert_csv_is_jsonl(tmp_path / "resumed")  # rebuilt from the lines kept up to the checkpoint, then appended
     a, b = losses(tmp_path / "straight"), losses(tmp_path / "resumed")
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     for step in a:
@@ -155,3 +178,43 @@ def test_different_run_in_folder_is_refused(tmp_path) -> None:
         train(small_cfg(recipe, tmp_path / "run", ["optim.max_steps=1", "probe.enabled=false", "optim.lr=0.01"]))
     train(small_cfg(recipe, tmp_path / "run", ["optim.max_steps=1", "probe.enabled=false", "optim.lr=0.01"]), overwrite=True)
     assert json.loads((tmp_path / "run" / "config.json").read_text())["optim"]["lr"] == 0.01
+
+
+def test_tensorboard_events_hold_the_logged_scalars(tmp_path) -> None:
+    """track.tensorboard=true: event files in the run folder whose scalars are metrics.jsonl's
+    numbers, loss lines under train/, monitor records under geometry/ (GeometryMonitor's tags)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from geohead.training.loop import train
+
+    run = tmp_path / "run"
+    train(small_cfg(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", run,
+                    ["optim.max_steps=2", "track.monitor_every=1", "probe.enabled=false", "track.tensorboard=true"]))
+    records = assert_csv_is_jsonl(run)
+    assert list(run.glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(run))
+    events.Reload()
+    got = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+    for tag, key, kind in (("train/loss", "loss", None), ("geometry/rankme_head", "rankme_head", "monitor")):
+        want = {r["step"]: r[key] for r in records if r.get("kind") == kind}
+        assert sorted(got[tag]) == sorted(want) == [1, 2]
+        assert [got[tag][k] for k in sorted(want)] == pytest.approx([want[k] for k in sorted(want)], rel=1e-6)  # float32 in events
+    assert "train/lr" in got and "geometry/kind" not in got  # numbers only
+
+
+def test_tensorboard_without_the_package_is_a_config_error(tmp_path, monkeypatch) -> None:
+    """Asked for TensorBoard without the tensorboard package: one line naming it (exit 2), before
+    anything is trained."""
+    import importlib.util
+
+    from geohead.training.config import ConfigError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "tensorboard" else real(name, *a))
+    recipe = ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml"
+    with pytest.raises(ConfigError, match="track.tensorboard = true needs the tensorboard package"):
+        load_recipe(recipe, ["track.tensorboard=true"])
+    assert load_recipe(recipe).track.tensorboard is False  # off by default: nothing to import
+    res = CliRunner().invoke(main, ["train", str(recipe), "--set", "track.tensorboard=true", "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "pip install tensorboard" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "run").exists()

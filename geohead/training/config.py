@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import json
 import math
 import sys
@@ -153,6 +154,8 @@ class TrackConfig:
     ckpt_every: int = 0
     """Steps between checkpoints (0: at the end of every epoch)."""
     progress: bool = True
+    tensorboard: bool = False
+    """TensorBoard event files of metrics.jsonl's numbers in the run folder (needs the tensorboard package)."""
 
 
 @dataclass
@@ -222,6 +225,8 @@ class TrainConfig:
                 raise ConfigError(f"[data.view_args]: {exc}") from None
         self._check_numbers()
         self._check_backbone_args()
+        if self.track.tensorboard and importlib.util.find_spec("tensorboard") is None:
+            raise ConfigError("track.tensorboard = true needs the tensorboard package: pip install tensorboard, or set it false")
         if self.optim.max_steps is not None and self.optim.max_steps < 1:
             raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
         return self
@@ -407,16 +412,9 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> Train
     return config_from_dict(apply_overrides(d, overrides or []))
 
 
-#: The folder of the packaged recipes inside the ``geohead`` package (package-data in pyproject.toml).
-RECIPE_FOLDER = "recipes"
-
-
 def packaged_recipes() -> list[str]:
-    """The names of the recipes shipped in the package (``geohead train NAME``), sorted."""
-    folder = resources.files("geohead") / RECIPE_FOLDER
-    if not folder.is_dir():
-        return []
-    return sorted(f.name[: -len(".toml")] for f in folder.iterdir() if f.name.endswith(".toml"))
+    """The names of the recipes shipped in the package (geohead/recipes, package-data), sorted."""
+    return sorted(f.name[: -len(".toml")] for f in (resources.files("geohead") / "recipes").iterdir() if f.name.endswith(".toml"))
 
 
 def _recipe_bytes(recipe: str | Path) -> tuple[str, bytes]:
@@ -427,7 +425,7 @@ def _recipe_bytes(recipe: str | Path) -> tuple[str, bytes]:
     name = path.name[: -len(".toml")] if path.suffix == ".toml" else path.name
     known = packaged_recipes()
     if len(path.parts) == 1 and name in known:  # a bare name (or NAME.toml): the packaged recipe
-        return name, (resources.files("geohead") / RECIPE_FOLDER / f"{name}.toml").read_bytes()
+        return name, (resources.files("geohead") / "recipes" / f"{name}.toml").read_bytes()
     if path.suffix == ".toml" or len(path.parts) > 1:
         hint = f"; the packaged recipe {name!r} is `geohead train {name}`" if name in known else ""
         raise ConfigError(f"recipe {str(path)!r} does not exist{hint}")

@@ -12,7 +12,8 @@ Everything a step needs is random only through a generator seeded from (seed, st
 resumed run replays exactly the batches and views the killed run would have seen, and N
 processes under torchrun (each applying its slice of the global batch's view parameters) see
 exactly the views of one process. The run folder holds ``config.json``, ``head.json``,
-``metrics.jsonl`` (what ``geohead report`` plots), ``last.safetensors`` (the checkpoint, atomic;
+``metrics.jsonl`` (what ``geohead report`` plots; the same records in ``metrics.csv``, and as
+TensorBoard events with ``track.tensorboard``), ``last.safetensors`` (the checkpoint, atomic;
 ``last.ckpt`` in runs written before, still resumed) and, at the end, ``probes.json`` and
 ``summary.json``.
 """
@@ -44,7 +45,7 @@ from geohead.objectives import Objective, ema_update_
 
 
 #: The files of a run folder besides its checkpoint (geohead.training.checkpoint.RUN_CHECKPOINTS).
-RUN_FILES = ("metrics.jsonl", "config.json", "head.json", "probes.json", "summary.json")
+RUN_FILES = ("metrics.jsonl", "metrics.csv", "config.json", "head.json", "probes.json", "summary.json")
 
 
 class TrainingDiverged(RuntimeError):
@@ -237,8 +238,9 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
             truncate_metrics(out / "metrics.jsonl", start_step)
         run.resumed_loss = float(ck.meta.get("last_loss", float("nan")))
     elif run.is_main and overwrite:
-        for name in (*RUN_CHECKPOINTS, "metrics.jsonl", "probes.json", "summary.json"):
-            (out / name).unlink(missing_ok=True)
+        for path in [*(out / n for n in (*RUN_CHECKPOINTS, "metrics.jsonl", "metrics.csv", "probes.json", "summary.json")),
+                     *out.glob("events.out.tfevents.*")]:  # the run's own TensorBoard events too
+            path.unlink(missing_ok=True)
     if run.is_main:
         atomic_write_text(out / "config.json", cfg.to_json() + "\n")
         run.head_spec.to_json(out / "head.json")
@@ -398,6 +400,7 @@ def _loop(run: Run, start_step: int, callback: Callable[[EpochEnd], None] | None
         t_last += time.perf_counter() - t_pause
     if bar is not None:
         bar.close()
+    tracker.close()
     return last_loss
 
 

@@ -1,5 +1,8 @@
 """What a training run records besides the loss: collapse monitors, update ratios and the
-effective Hessian's extremes, written as lines of ``metrics.jsonl`` (what ``geohead report`` plots).
+effective Hessian's extremes, written as lines of ``metrics.jsonl`` (what ``geohead report`` plots),
+the same records as rows of ``metrics.csv``, and with ``track.tensorboard`` as TensorBoard scalars
+in the run folder (``train/<key>`` for loss lines, ``geometry/<key>`` for monitor records, the
+tags of :class:`geohead.monitor.GeometryMonitor`, whose writers these are).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from torch import Tensor, nn
 from geohead import distributed
 from geohead.training.config import TrainConfig
 from geohead.io import append_text, atomic_write_text
+from geohead.monitor import CsvLog, TensorBoardLog
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
 
@@ -23,17 +27,30 @@ def _flat_params(module: nn.Module) -> Tensor:
 
 
 class Tracker:
-    """Writes metrics.jsonl: loss lines, collapse monitors, update ratios, Hessian extremes."""
+    """Writes metrics.jsonl (loss lines, collapse monitors, update ratios, Hessian extremes), the
+    same records to metrics.csv beside it and, with ``track.tensorboard``, to TensorBoard events."""
 
     def __init__(self, cfg: TrainConfig, objective: Objective, path: Path, enabled: bool) -> None:
         self.cfg, self.objective, self.path, self.enabled = cfg, objective, path, enabled
         self.latest: dict[str, float] = {}
         self._prev: dict[str, Tensor] = {}
+        self._csv = CsvLog(path.with_suffix(".csv"), grow=True)  # the keys of monitor records vary: the header grows
+        self._tb = TensorBoardLog(path.parent, "train") if enabled and cfg.track.tensorboard else None
+        if enabled:  # a resumed run keeps the lines of metrics.jsonl up to its checkpoint: the CSV holds the same
+            self._csv.rewrite(read_records(path))
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
             return
         append_text(self.path, json.dumps(record) + "\n")  # never through a link planted in the run folder
+        self._csv.write(record)
+        if self._tb is not None:
+            self._tb.write(record, "geometry" if record.get("kind") == "monitor" else "train")
+
+    def close(self) -> None:
+        """Close the TensorBoard writer (every record is on disk already)."""
+        if self._tb is not None:
+            self._tb.close()
 
     def postfix(self) -> dict[str, str]:
         return {"rankme": f"{self.latest['rankme_head']:.1f}"} if "rankme_head" in self.latest else {}
@@ -73,6 +90,21 @@ class Tracker:
         return {"hessian_lambda_min": s.lambda_min, "hessian_lambda_max": s.lambda_max,
                 "hessian_num_negative": s.num_negative, "m_over_h": s.m_over_h,
                 "hessian_matvecs": s.n_matvec, "hessian_bn_mode": "eval"}
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of ``metrics.jsonl`` (none when it is missing), other lines left out."""
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
 
 
 def truncate_metrics(path: Path, step: int) -> int:
