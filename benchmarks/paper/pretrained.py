@@ -15,7 +15,7 @@ Each checkpoint's full report is written as ``OUT/<name>.diagnose.json`` (``geoh
 its page), the table as ``OUT/tables.md``, the summary as ``OUT/results.json``.
 
     python benchmarks/paper/pretrained.py --synthetic                        # the layouts only
-    python benchmarks/paper/pretrained.py runs/x/last.ckpt lightly.pt:barlow model.pth --data cifar10.npz
+    python benchmarks/paper/pretrained.py runs/x/last.safetensors lightly.pt:barlow model.pth --data cifar10.npz
 """
 from __future__ import annotations
 
