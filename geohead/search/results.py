@@ -140,8 +140,9 @@ def fmt(v: Any, digits: int = 3) -> str:
 
 
 def fmt_p(v: Any) -> str:
+    """A p-value for a table: never ``0`` (an asymptotic p below 0.001 reads ``<0.001``)."""
     x = num(v)
-    return "-" if x is None else (f"{x:.1e}" if x < 1e-3 else f"{x:.3f}")
+    return "-" if x is None else ("<0.001" if x < 1e-3 else f"{x:.3f}")
 
 
 # ---------------------------------------------------------------------- statistics
@@ -215,20 +216,20 @@ def unique_complete(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def correlations(rows: list[dict[str, Any]], truth: str = TRUTH) -> dict[str, dict[str, Any]]:
     """Spearman correlation of each criterion in :data:`CORRELATED` with ``truth`` over completed
-    trials, each head once."""
+    trials, each head once (:func:`spearman_test`: exact p below :data:`EXACT_BELOW` heads)."""
     done = unique_complete(rows)
     out = {}
     for c in CORRELATED:
         if any(num(r.get(c)) is not None for r in done):
-            out[c] = spearman([r.get(c) for r in done], [r.get(truth) for r in done])
+            out[c] = spearman_test([r.get(c) for r in done], [r.get(truth) for r in done])
     return out
 
 
 def rung_correlations(rungs: list[dict[str, Any]], truth: str = TRUTH) -> dict[str, dict[str, Any]]:
     """Spearman correlation of the score with ``truth`` at each rung step (str), over every trial
-    measured there: the ranking successive halving decided on."""
+    measured there: the ranking successive halving decided on (:func:`spearman_test`)."""
     steps = sorted({int(r["step"]) for r in rungs})
-    return {str(s): spearman([r.get("score") for r in rungs if r["step"] == s],
+    return {str(s): spearman_test([r.get("score") for r in rungs if r["step"] == s],
                              [r.get(truth) for r in rungs if r["step"] == s]) for s in steps}
 
 
