@@ -13,9 +13,9 @@ Per objective and head set it reports
    ``low_compression = 1/(1 + compression)`` with the backbone kNN accuracy, and the sign (the
    component assumes lower compression is better, i.e. ρ(compression) < 0): the sign split
    re-checked on the RankMe searches' heads next to the theory searches' ones;
-2. ρ with backbone kNN and linear-probe accuracy of the 4-component theory score
-   (:data:`~geohead.search.score.THEORY_WEIGHTS`) and of the 3-component score without
-   ``low_compression``, each head re-scored from its recorded criteria with
+2. ρ with backbone kNN and linear-probe accuracy of the 4-component theory score the searches
+   ran with (``UNRECORDED_WEIGHTS["theory"]``) and of the 3-component score without
+   ``low_compression`` (:data:`~geohead.search.score.THEORY_WEIGHTS`, the default since), each head re-scored from its recorded criteria with
    :func:`~geohead.search.score.geometric_score` (weights passed explicitly; on the theory
    searches the 4-component re-score equals the recorded ``search.score``), and the count of
    objectives with ρ >= 0.6 for each;
@@ -24,8 +24,8 @@ Per objective and head set it reports
    to the heads in the file that completed, with their measured backbone accuracies, and whether
    dropping ``low_compression`` changes it.
 
-Limits: a file holds a search's top-k heads only (k = 6, 8 for issue 15's
-Barlow Twins / SimCLR), ranked completed-first, so it surely holds every completed trial when its
+Limits: a file holds a search's top-k heads only (k = 6, 8 for the first
+Barlow Twins / SimCLR searches), ranked completed-first, so it surely holds every completed trial when its
 last head was pruned (``holds_all_completed``); where it does not, a completed trial outside the file
 could be the 3-component pick. A pick under a score the search did not use is counterfactual:
 that score's own pruner would have completed other trials. A pruned head's criteria are the rung's
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from criteria_transfer import heads, merge, rho
-from geohead.search.score import THEORY_WEIGHTS, geometric_score, low_compression
+from geohead.search.score import THEORY_WEIGHTS, UNRECORDED_WEIGHTS, geometric_score, low_compression
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -54,8 +54,9 @@ HEAD_SETS: dict[str, list[str]] = {
 }
 #: The scores compared: the default and the default without low_compression.
 SCORES: dict[str, dict[str, float]] = {
-    "theory4": dict(THEORY_WEIGHTS),
-    "theory3": {k: w for k, w in THEORY_WEIGHTS.items() if k != "low_compression"},
+    # the theory score these searches ran with, and the default since (without low_compression)
+    "theory4": dict(UNRECORDED_WEIGHTS["theory"]),
+    "theory3": dict(THEORY_WEIGHTS),
 }
 #: The backbone's feature width (resnet18_w16) where a run does not record it (criteria_transfer's default).
 DIM = 128
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     res = evaluate()
     print(table(res))
-    print("\n4 = RankMe + conditioning + low_compression + Fisher erank (the default); 3 = without low_compression. "
+    print("\n4 = RankMe + conditioning + low_compression + Fisher erank (the score these searches ran with); 3 = without low_compression (the default now). "
           "n (done, shared): heads, how many completed the search (+? where the file may miss completed trials), "
           "heads shared with the other head set. Picks: trial, seed-0 backbone kNN / linear; 'same' = unchanged.")
     Path(args.out).write_text(json.dumps({"files": HEAD_SETS, "scores": SCORES, **res}, indent=2) + "\n")

@@ -103,5 +103,4 @@ def test_the_cli_default_score_is_the_library_default() -> None:
 
     option = next(p for p in search.params if p.name == "score")
     assert option.default == SearchConfig().score == DEFAULT_SCORE == "theory"
-    assert LABEL_FREE_SCORES[DEFAULT_SCORE] == {"rankme": 1.0, "conditioning": 1.0, "low_compression": 1.0,
-                                                "fisher_erank": 1.0}
+    assert LABEL_FREE_SCORES[DEFAULT_SCORE] == {"rankme": 1.0, "conditioning": 1.0, "fisher_erank": 1.0}

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from conftest import benchmark_module
 
-from geohead.search.score import SCORE_WEIGHTS, THEORY_WEIGHTS
+from geohead.search.score import SCORE_WEIGHTS, THEORY_WEIGHTS, UNRECORDED_WEIGHTS
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def test_theory_rescore_reproduces_the_recorded_score(ablation):
     """On the theory searches the 4-component re-score of every stored head is its recorded score."""
     by_obj = ablation.load(ablation.HEAD_SETS["theory"])
     assert sorted(by_obj) == ["barlow", "byol", "dino", "simclr", "simsiam", "vicreg"]
-    assert ablation.SCORES["theory4"] == THEORY_WEIGHTS
+    assert ablation.SCORES["theory4"] == UNRECORDED_WEIGHTS["theory"]
     for rows in by_obj.values():
         assert len(rows) == 6
         for r in rows:
@@ -38,6 +38,7 @@ def test_the_pick_rule_finds_each_searchs_pick(ablation):
             assert ablation.pick(rows, [r["search"]["score"] for r in rows])["trial"] == found
 
 
-def test_the_three_component_score_leaves_out_low_compression(ablation):
-    assert ablation.SCORES["theory3"] == {k: w for k, w in THEORY_WEIGHTS.items() if k != "low_compression"}
+def test_the_three_component_score_is_the_default_without_low_compression(ablation):
+    assert ablation.SCORES["theory3"] == THEORY_WEIGHTS == {k: w for k, w in ablation.SCORES["theory4"].items()
+                                                            if k != "low_compression"}
     assert "low_compression" not in ablation.SCORES["theory3"] and len(ablation.SCORES["theory3"]) == 3

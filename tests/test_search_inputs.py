@@ -158,3 +158,29 @@ def test_dino_prototypes_are_capped_at_4d_unless_set(overrides, prototypes) -> N
     inputs = prepare_trial_inputs(cfg, lambda s: None)
     assert inputs.in_dim == 128 and inputs.base_spec.prototypes == prototypes
     assert inputs.screen_inputs.objective.out_dim == prototypes
+
+
+@pytest.mark.parametrize("score, resumes", [("theory", False), ("geometry", True)])
+def test_a_study_resumes_only_with_the_weights_its_trials_were_scored_with(tmp_path, score, resumes) -> None:
+    """Studies record their score's weights; one made before they did is read with the weights its
+    score name had then: ``theory`` included low orbit compression (it refuses to mix with trials
+    scored without), ``geometry`` was RankMe alone as now (it resumes)."""
+    import optuna
+
+    from geohead.search.score import LABEL_FREE_SCORES, UNRECORDED_WEIGHTS
+    from geohead.search.storage import open_storage
+    from geohead.search.study import create_study
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    cfg = SearchConfig(steps=5, score=score)
+    study = create_study(cfg, open_storage(url))
+    assert study.user_attrs["search_config"]["score_weights"] == LABEL_FREE_SCORES[score]
+    old = {k: v for k, v in cfg.identity().items() if k != "score_weights"}  # as older versions stored it
+    study.set_user_attr("search_config", old)
+    study.add_trial(optuna.trial.create_trial(value=0.5))
+    if resumes:
+        assert create_study(cfg, open_storage(url)).study_name == cfg.study_name
+    else:
+        assert UNRECORDED_WEIGHTS["theory"]["low_compression"] == 1.0
+        with pytest.raises(SearchError, match=r"score_weights: stored \{.*'low_compression': 1\.0"):
+            create_study(cfg, open_storage(url))

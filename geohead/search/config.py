@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from geohead.search.criteria import DEFAULT_FAMILIES
-from geohead.search.score import DEFAULT_SCORE
+from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES
 from geohead.search.space import DIMENSIONS, parse_constraints
 
 SCORES = ("geometry", "theory", "knn")
@@ -75,9 +75,9 @@ class SearchConfig:
             (:func:`~geohead.search.config.auto_workers`: one per GPU, on CPU min(4, cores)).
         storage, study: Optuna storage (see :mod:`geohead.search.storage`) and study name.
         seed, device: the common seed of every trial; ``auto``/``cpu``/``cuda``.
-        score: ``theory`` (label-free, the default: RankMe + H_eff conditioning + low compression +
-            tangent-Fisher effective rank, see :data:`~geohead.search.score.THEORY_WEIGHTS`),
-            ``geometry`` (label-free: RankMe alone, the default until 2026-12-04) or ``knn``; multi:
+        score: ``theory`` (label-free, the default: RankMe + H_eff conditioning + tangent-Fisher
+            effective rank, see :data:`~geohead.search.score.THEORY_WEIGHTS`), ``geometry``
+            (label-free: RankMe alone) or ``knn``; multi:
             NSGA-II over the normalised criteria of ``SCORE_CRITERIA``, the pick by ``score``;
             sampler: ``tpe``/``random``/``nsga2`` (None: tpe, or nsga2 with multi).
         fix, ranges: ``--fix``/``--range`` entries; overrides: ``--set`` entries for the training config.
@@ -179,6 +179,10 @@ class SearchConfig:
         d = dataclasses.asdict(self)
         ident = {k: (list(d[k]) if isinstance(d[k], tuple) else d[k]) for k in keys}
         from geohead.objectives import OBJECTIVES
+
+        if self.score in LABEL_FREE_SCORES and not self.multi:
+            # a score name's weights can change between versions: the trials of one study share them
+            ident["score_weights"] = dict(LABEL_FREE_SCORES[self.score])
 
         if OBJECTIVES[self.objective].predictor_preset is not None:
             # BYOL/SimSiam studies made before the predictor became the method's own (SiLU then) do not resume

@@ -28,7 +28,7 @@ from typing import Any
 
 from geohead.heads import HeadSpec
 from geohead.search.config import SearchConfig, SearchError
-from geohead.search.score import SCORE_CRITERIA
+from geohead.search.score import LABEL_FREE_SCORES, SCORE_CRITERIA, UNRECORDED_WEIGHTS
 from geohead.search.space import SearchSpace
 
 
@@ -90,6 +90,16 @@ def make_pruner(cfg: SearchConfig) -> Any:
                                                   min_early_stopping_rate=0)
 
 
+def _with_weights(stored: dict[str, Any] | None, ident: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored identity from before studies recorded their score's weights, completed with the
+    weights its score name had then (:data:`~geohead.search.score.UNRECORDED_WEIGHTS`)."""
+    if stored is None or "score_weights" in stored or "score_weights" not in ident:
+        return stored
+    name = stored.get("score")
+    weights = UNRECORDED_WEIGHTS.get(name, LABEL_FREE_SCORES.get(name))
+    return {**stored, "score_weights": dict(weights) if weights is not None else None}
+
+
 def create_study(cfg: SearchConfig, storage: Any) -> Any:
     """Create the study, or load it when it exists with the same settings (resume)."""
     import optuna
@@ -97,7 +107,7 @@ def create_study(cfg: SearchConfig, storage: Any) -> Any:
     directions = ["maximize"] * (len(SCORE_CRITERIA) if cfg.multi else 1)
     study = optuna.create_study(study_name=cfg.study_name, storage=storage, directions=directions, load_if_exists=True)
     ident = cfg.identity()
-    stored = study.user_attrs.get("search_config")
+    stored = _with_weights(study.user_attrs.get("search_config"), ident)
     if stored is None or (stored != ident and not study.get_trials(deepcopy=False)):
         # a new study, or one that holds no trial yet (a start that failed): take these settings
         study.set_user_attr("search_config", ident)
