@@ -228,3 +228,15 @@ def test_monitor_only_folder_plots_the_loss_it_holds(tmp_path) -> None:
     assert [p.name for p in res.pngs] == ["monitors.png"] and any("holds no loss" in n for n in res.notes)
     assert "rises" in loss_caption([{"step": s, "loss": float(s)} for s in range(1, 6)])
     assert "diverged" in loss_caption([{"step": 1, "loss": 1.0}, {"step": 2, "loss": float("nan")}])
+
+
+@pytest.mark.parametrize("name", ["last.safetensors", "last.ckpt"])
+def test_a_folder_holding_only_a_checkpoint_is_a_run(tmp_path, name):
+    """A run folder is recognised by its checkpoint under either name (older runs: last.ckpt)."""
+    from geohead.report.page import ReportError, detect
+
+    (tmp_path / name).write_bytes(b"x")
+    assert detect(tmp_path) == "run"
+    (tmp_path / name).unlink()
+    with pytest.raises(ReportError, match="last.safetensors"):
+        detect(tmp_path)

@@ -1,6 +1,6 @@
 """The report page: the PNGs of a run or a search folder in one self-contained ``report.html``.
 
-For a **run folder** (``metrics.jsonl`` / ``last.ckpt`` of ``geohead train``): the training
+For a **run folder** (``metrics.jsonl`` / ``last.safetensors`` of ``geohead train``): the training
 curves, the end-of-training probes of ``probes.json`` (backbone vs head) and, from ``diagnose.json`` (``geohead diagnose`` writes it into the run folder), the
 geometry figures of :mod:`geohead.report.run_plots` (loss, collapse monitors, Hessian extremes over
 steps; orbit compression, the spectral density of H_eff, guillotine probes), with the run's
@@ -52,7 +52,7 @@ class ReportResult:
 
 
 def detect(folder: str | os.PathLike) -> str:
-    """``"search"`` (search.json or trials.csv), ``"run"`` (metrics.jsonl or last.ckpt), else ReportError."""
+    """``"search"`` (search.json or trials.csv), ``"run"`` (metrics.jsonl or a checkpoint), else ReportError."""
     d = Path(folder)
     if not d.exists():
         raise ReportError(f"{str(d)!r} does not exist; give a run folder (geohead train) or a search folder (geohead search)")
@@ -68,14 +68,16 @@ def detect(folder: str | os.PathLike) -> str:
         raise ReportError(f"{str(d)!r} is not a folder; give a run folder (geohead train) or a search folder (geohead search)")
     if (d / "search.json").is_file() or (d / "trials.csv").is_file():
         return "search"
-    if (d / "metrics.jsonl").is_file() or (d / "last.ckpt").is_file() or (d / "diagnose.json").is_file():
+    from geohead.training.checkpoint import RUN_CHECKPOINTS
+
+    if any((d / name).is_file() for name in ("metrics.jsonl", "diagnose.json", *RUN_CHECKPOINTS)):
         return "run"
     from geohead.report.run_plots import monitor_files
 
     if monitor_files(d):
         return "run"
     raise ReportError(
-        f"{str(d)!r} holds neither a run (metrics.jsonl, last.ckpt, diagnose.json, GeometryMonitor *.jsonl) nor a search "
+        f"{str(d)!r} holds neither a run (metrics.jsonl, last.safetensors, diagnose.json, GeometryMonitor *.jsonl) nor a search "
         "(search.json, trials.csv); for a checkpoint trained elsewhere give the JSON of `geohead diagnose CKPT`"
     )
 
