@@ -18,21 +18,19 @@ Nothing in the loop changes: the hooks only read the outputs of training-mode fo
 """
 from __future__ import annotations
 
-import csv
-import io
 import json
 import numbers
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.errors import NonFiniteError
-from geohead.io import append_text, atomic_write_text
+from geohead.logs import CsvLog, TensorBoardLog
 
 #: The keys of every record (``hessian_*`` and ``m_over_h`` only on records that measured H_eff).
 MONITOR_KEYS = (
@@ -75,7 +73,8 @@ class GeometryMonitor:
     1/√k as ``std_healthy_*``), ``alpha_req_backbone`` and ``alpha_req_head``, computed by
     :func:`geohead.geometry.rankme`, :func:`~geohead.geometry.alpha_req` and
     :func:`~geohead.geometry.normalized_std` on the batch of that forward (gathered over ranks
-    under ``torch.distributed``), and ``monitor_seconds``, the time these measurements took.
+    under ``torch.distributed``), ``monitor_seconds``, the time these measurements took, and,
+    where the loop gives its losses to :meth:`log_loss`, ``loss``: their mean since the record before.
     Non-finite embeddings (a diverged run) give NaN, never an error.
 
     Steps: a step is ``calls_per_step`` training-mode forwards of ``head``: 1 for a loop that
@@ -171,6 +170,8 @@ class GeometryMonitor:
         self.history: list[dict[str, Any]] = []
         self._csv = CsvLog(self.log_file, self._csv_keys()) if self.log_file is not None and self.log_file.suffix == ".csv" else None
         self._tb = TensorBoardLog(tensorboard) if tensorboard is not None else None
+        self._loss_sum: Tensor | float = 0.0  # losses given by log_loss since the last record
+        self._loss_n = 0
         self._calls = 0  # training-mode head forwards seen
         self._armed: int | None = None  # a step given by arm(), recorded on the next head forward
         self._manual = every is None
@@ -199,6 +200,13 @@ class GeometryMonitor:
         self._manual = True
         self.flush()
         self._armed = int(step)
+
+    def log_loss(self, loss: Tensor | float) -> None:
+        """Give the monitor a training step's loss (a scalar tensor, detached here, or a float):
+        the next record holds ``loss``, the mean of the losses given since the record before it
+        (a tensor is summed on its device: no host sync per step)."""
+        value = loss.detach().float().sum() if isinstance(loss, Tensor) else float(loss)
+        self._loss_sum, self._loss_n = self._loss_sum + value, self._loss_n + 1
 
     def flush(self) -> None:
         """Finish a record still waiting for its second view (without the Hessian part)."""
@@ -309,6 +317,8 @@ class GeometryMonitor:
                 x = x[: self.max_samples]
             parts[name] = distributed.gather(x.float().contiguous()) if self.gather else x.float()
         rec["batch"] = int(parts["head"].shape[0])
+        if self._loss_n:
+            rec["loss"], self._loss_sum, self._loss_n = float(self._loss_sum) / self._loss_n, 0.0, 0
         rec.update(collapse_record(parts["backbone"], parts["head"]))
         return rec
 
@@ -353,89 +363,3 @@ class GeometryMonitor:
     def _csv_keys(self) -> list[str]:
         """The CSV header: every record's keys, the Hessian's when it is measured."""
         return list(MONITOR_KEYS) + (list(HESSIAN_KEYS) if self.hessian_every else [])
-
-
-# ---------------------------------------------------------------------- writers (geohead train's tracker uses them too)
-class CsvLog:
-    """Records as rows of a CSV file under one header, an empty cell where a record lacks a key.
-
-    ``fields`` is the header; a record's other keys are left out, unless ``grow``: then a record
-    with a new key rewrites the file once with the wider header (new keys last, earlier rows
-    empty there), so a log whose keys are not known in advance keeps every value. Appending to a
-    file that already has rows adds none of the header; appends never follow a symbolic link
-    (:func:`geohead.io.append_text`) and a rewrite replaces a link instead of writing through it.
-    """
-
-    def __init__(self, path: str | Path, fields: Sequence[str] = (), grow: bool = False) -> None:
-        self.path, self.fields, self.grow = Path(path), list(fields), grow
-        self._has_header = False
-
-    def write(self, rec: dict[str, Any]) -> None:
-        """Append ``rec`` as one row."""
-        if not self._has_header and self.path.exists() and self.path.stat().st_size:
-            self._has_header = True  # rows of an earlier run under the same header: continue them
-        new = [k for k in rec if k not in self.fields] if self.grow else []
-        self.fields += new
-        if new and self._has_header:
-            self._widen()
-        append_text(self.path, self._text([rec], header=not self._has_header))
-        self._has_header = True
-
-    def _widen(self) -> None:
-        """Rewrite the file's rows under the file's header widened by ``fields``."""
-        with open(self.path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-        self.rewrite(rows, list(dict.fromkeys([*(reader.fieldnames or []), *self.fields])))
-
-    def rewrite(self, records: Sequence[dict[str, Any]], fields: Sequence[str] | None = None) -> None:
-        """Replace the file by ``records`` (the header: ``fields``, else the records' keys in order
-        of first appearance); no records leave an empty file."""
-        self.fields = list(fields) if fields is not None else list(dict.fromkeys(k for r in records for k in r))
-        atomic_write_text(self.path, self._text(records, header=True) if records else "")
-        self._has_header = bool(records)
-
-    def _text(self, records: Sequence[dict[str, Any]], header: bool) -> str:
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=self.fields, restval="", extrasaction="ignore")
-        if header:
-            w.writeheader()
-        w.writerows(records)
-        return buf.getvalue()
-
-
-class TensorBoardLog:
-    """The numbers of records as TensorBoard scalars ``<prefix>/<key>`` at the record's ``step``.
-
-    ``target`` is a SummaryWriter (or anything with ``add_scalar`` and ``flush``) or a log
-    directory, where a SummaryWriter opens on the first record: torch.utils.tensorboard (it needs
-    the tensorboard package) is imported only then. Each record is flushed, so a killed run's
-    events are on disk.
-    """
-
-    def __init__(self, target: Any, prefix: str = "geometry") -> None:
-        self.target, self.prefix, self._writer = target, prefix, None
-
-    def write(self, rec: dict[str, Any], prefix: str | None = None) -> None:
-        """Add the record's numbers (not ``step``, not strings) under ``prefix`` (default: the log's)."""
-        if self._writer is None:
-            self._writer = self.target if hasattr(self.target, "add_scalar") else self._open(self.target)
-        for k, v in rec.items():
-            if k != "step" and isinstance(v, (int, float)):
-                self._writer.add_scalar(f"{prefix or self.prefix}/{k}", v, global_step=rec["step"])
-        self._writer.flush()
-
-    def close(self) -> None:
-        """Close the writer this log opened (a writer given to it is the caller's to close)."""
-        if self._writer is not None and self._writer is not self.target:
-            self._writer.close()
-        self._writer = None
-
-    @staticmethod
-    def _open(log_dir: str | Path) -> Any:
-        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
-
-        return SummaryWriter(log_dir=str(log_dir))
-
-
-__all__ = ["CsvLog", "GeometryMonitor", "HESSIAN_KEYS", "MONITOR_KEYS", "TensorBoardLog"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 try:
     from lightning.pytorch import Callback
@@ -43,7 +43,7 @@ from geohead.monitor import GeometryMonitor
 BACKBONE_NAMES = ("backbone", "encoder", "model_backbone", "net")
 HEAD_NAMES = ("projection_head", "head", "projector", "projection")
 #: Record keys not logged as scalars by default: constants of the run and timings.
-NOT_LOGGED = ("step", "batch", "std_healthy_backbone", "std_healthy_head", "monitor_seconds", "hessian_seconds")
+NOT_LOGGED = ("step", "batch", "std_healthy_backbone", "std_healthy_head", "monitor_seconds", "hessian_seconds", "loss")
 
 
 def _find(pl_module: nn.Module, given: nn.Module | str | None, names: tuple[str, ...], what: str) -> nn.Module:
@@ -74,7 +74,8 @@ class GeometryCallback(Callback):
             LightningModule; default: the first of :data:`BACKBONE_NAMES` / :data:`HEAD_NAMES`.
         prefix: prefix of the logged names.
         prog_bar: show the logged values in Lightning's progress bar.
-        log_all: also log the constants and timings of :data:`NOT_LOGGED` as scalars.
+        log_all: also log the constants, timings and the loss (the module logs its own) of
+            :data:`NOT_LOGGED` as scalars.
         objective, hessian_every, calls_per_step, **monitor_kwargs: passed to
             :class:`~geohead.monitor.GeometryMonitor` (``objective`` may be an attribute name of
             the module, e.g. ``"criterion"``). ``calls_per_step``: head forwards per training step
@@ -126,6 +127,9 @@ class GeometryCallback(Callback):
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.monitor is None:
             return
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, Tensor) and loss.numel() == 1:
+            self.monitor.log_loss(loss)  # the next record holds the mean loss of the steps since the last
         self.monitor.flush()
         for rec in self.monitor.history[self._logged:]:
             values = {f"{self.prefix}{k}": float(v) for k, v in rec.items()

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from geohead import distributed
 from geohead.training.config import TrainConfig
 from geohead.io import append_text, atomic_write_text
-from geohead.monitor import CsvLog, TensorBoardLog
+from geohead.logs import CsvLog, TensorBoardLog
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
 
