@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from geohead import GeometricHead, HeadSpec
-from geohead.heads import ACTIVATIONS, PRESETS, preset_spec
+from geohead.heads import ACTIVATIONS, PRESETS, WhiteningRankWarning, preset_spec
 
 ACTS = ["silu", "gelu", "mish", "softplus", "tanh", "relu", "identity"]
 
@@ -170,7 +170,7 @@ def test_whitening_makes_first_preactivation_white(mode: str, in_dim: int, hidde
 def test_whitening_constructor_and_rank_deficient_features() -> None:
     g = torch.Generator().manual_seed(1)
     feats = torch.randn(300, 3, generator=g) @ torch.randn(3, 10, generator=g)  # rank 3 in R^10
-    with pytest.warns(UserWarning, match="numerical rank 3"):
+    with pytest.warns(WhiteningRankWarning, match="numerical rank 3"):
         head = GeometricHead(10, 4, hidden_dim=16, depth=2, whiten=feats)
     assert head.whitening_info["rank"] == 3
     pre = head.mlp.fc0(feats)[:, :10]
@@ -181,7 +181,7 @@ def test_whitening_constructor_and_rank_deficient_features() -> None:
     assert evals[:-3].abs().max() < 1e-3
     # fewer samples than dimensions: rank at most N-1
     few = torch.randn(5, 10, generator=g)
-    with pytest.warns(UserWarning, match="5 samples for 10 dimensions"):
+    with pytest.warns(WhiteningRankWarning, match="5 samples for 10 dimensions"):
         head = GeometricHead(10, 4, hidden_dim=16, depth=2, norm=None).whiten_(few)
     assert head.whitening_info["rank"] == 4
     with pytest.raises(ValueError, match="shape \\(N, 10\\)"):
@@ -289,3 +289,20 @@ def test_ddp_wraps_head(tmp_path) -> None:
         assert all(p.grad is not None for p in head.parameters() if p.requires_grad)
     finally:
         dist.destroy_process_group()
+
+
+def test_search_trials_silence_only_the_whitening_rank_warning():
+    """A search trains many whitened candidates on rank-deficient features: it silences that
+    warning (the candidate's criteria record the fact) and nothing else."""
+    import warnings
+
+    from geohead.search.trial import _quiet_whitening
+
+    head = GeometricHead(10, 4, depth=1, whiten="pca")
+    feats = torch.randn(50, 3) @ torch.randn(3, 10)  # rank 3 < 10
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with _quiet_whitening():
+            head.whiten_(feats)
+            warnings.warn("other", UserWarning)
+    assert [str(w.message) for w in seen] == ["other"]

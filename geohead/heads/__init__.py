@@ -11,12 +11,13 @@ Modules (one concept each; this package's names are its public API)::
 """
 from __future__ import annotations
 
-from geohead.heads.head import GeometricHead, num_parameters
+from geohead.heads.head import GeometricHead, WhiteningRankWarning, num_parameters
 from geohead.heads.layers import ACTIVATIONS, LAST_NORMS, NORMS, PIECEWISE_LINEAR, L2Norm, register_activation
 from geohead.heads.presets import PRESETS, preset_spec
 from geohead.heads.spec import WHITEN_MODES, HeadSpec, read_found_on
 
 __all__ = [
+    "WhiteningRankWarning",
     "ACTIVATIONS",
     "GeometricHead",
     "HeadSpec",

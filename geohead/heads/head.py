@@ -32,6 +32,11 @@ from geohead.heads.spec import HeadSpec
 from geohead.heads.whitening import WHITENING_MODES, whitening_rows
 
 
+class WhiteningRankWarning(UserWarning):
+    """:meth:`GeometricHead.whiten_` whitened fewer directions than the head's input has (the
+    features' rank or the sample count is smaller): a fact about the data, not an error."""
+
+
 class GeometricHead(nn.Module):
     """A projection head with configurable depth, width, activation, normalisation and init.
 
@@ -240,13 +245,13 @@ class GeometricHead(nn.Module):
             warnings.warn(
                 f"whiten_: features have numerical rank {r} < {min(m, self.in_dim)}; "
                 f"the first layer is white on a {r}-dimensional subspace only",
-                stacklevel=2,
+                WhiteningRankWarning, stacklevel=2,
             )
         elif n - 1 < min(m, self.in_dim):
             warnings.warn(
                 f"whiten_: {n} samples for {self.in_dim} dimensions; covariance rank is at most "
                 f"{n - 1}, so only that many directions are whitened",
-                stacklevel=2,
+                WhiteningRankWarning, stacklevel=2,
             )
         self._spec = dataclasses.replace(self._spec, whiten=mode)
         self.whitening_info = {"mode": mode, "rank": r, "block": m, "samples": n}
@@ -307,4 +312,4 @@ def num_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-__all__ = ["GeometricHead", "num_parameters"]
+__all__ = ["GeometricHead", "WhiteningRankWarning", "num_parameters"]

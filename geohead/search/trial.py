@@ -28,17 +28,19 @@ verdict's confirmation runs, :mod:`geohead.search.verdict`).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
 import socket
 import time
 import traceback
+import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
-from geohead.heads import HeadSpec
+from geohead.heads import HeadSpec, WhiteningRankWarning
 from geohead.search.config import SearchConfig
 from geohead.search.criteria import TrialDiverged, screen, trained_criteria
 from geohead.search.escape import screen_verdict
@@ -175,7 +177,8 @@ class TrialRunner:
         callback = self._deadline_callback(trial, rungs)
         t0 = time.perf_counter()
         try:
-            result = train(tcfg, overwrite=True, callback=callback, data=self.inputs.data)
+            with _quiet_whitening():
+                result = train(tcfg, overwrite=True, callback=callback, data=self.inputs.data)
         except TrainingDiverged as exc:
             raise _fail(trial, f"diverged: {exc}") from None
         finally:
@@ -246,7 +249,8 @@ class TrialRunner:
         from geohead.training.loop import TrainingDiverged, train
 
         try:
-            result = train(self._train_config(out, spec, seed), overwrite=True)
+            with _quiet_whitening():
+                result = train(self._train_config(out, spec, seed), overwrite=True)
         except TrainingDiverged as exc:
             raise TrialDiverged(f"diverged: {exc}") from None
         finally:
@@ -316,6 +320,15 @@ def trial_line(t: Any) -> str:
     if state == "PRUNED":
         return f"trial {t.number} PRUNED ({ua.get('pruned_by', 'pruner')}) | {desc} | {dur:.1f}s"
     return f"trial {t.number} {state} ({ua.get('fail_reason', 'error')}) | {desc} | {dur:.1f}s"
+
+
+@contextlib.contextmanager
+def _quiet_whitening() -> Iterator[None]:
+    """A trial's whitened head on rank-deficient features is a property of the candidate (its
+    criteria record it), not news for the user once per trial: the warning is silenced there."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", WhiteningRankWarning)
+        yield
 
 
 __all__ = ["TrialError", "TrialRunner", "trial_line"]
