@@ -32,8 +32,8 @@ def test_no_module_is_too_long() -> None:
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
 
 
-#: Functions that may run longer than MAX_BODY: the numerical kernel ``lanczos`` (issue 25, item 6;
-#: the escape-curvature computation fits since its settings are one EscapeSettings).
+#: Functions that may run longer than MAX_BODY: the numerical kernel ``lanczos``
+#: (the escape-curvature computation fits since its settings are one EscapeSettings).
 LONG_KERNELS = {"geohead/geometry/lanczos.py:lanczos"}
 MAX_BODY = 60
 
@@ -84,7 +84,7 @@ def _architecture_rows() -> list[tuple[str, str]]:
 
 def test_readme_architecture_table_names_every_module() -> None:
     """Every top-level module and package is in the table's modules column, and every module of
-    a package is named in what its row owns (issue 25: the table had left out 11 modules)."""
+    a package is named in what its row owns."""
     import re
 
     rows = _architecture_rows()
@@ -123,7 +123,7 @@ def _component(module: str, named: set[str]) -> str | None:
 
 
 def test_import_layers_match_the_real_imports() -> None:
-    """Issue 25: the layers must be no looser than the code. Each entry of the contract sits at
+    """The layers must be no looser than the code. Each entry of the contract sits at
     exactly its height in the import graph (1 + the highest entry it imports; 0 for one that
     imports none), so an entry placed above what it needs, or a module nobody placed, fails."""
     import functools
@@ -155,7 +155,7 @@ def test_import_layers_match_the_real_imports() -> None:
 
 
 def test_public_entry_points_keep_working() -> None:
-    """Issue 25 moved the training application into geohead/training/; what users import stays."""
+    """The training application lives in geohead/training/; what users import stays."""
     import geohead
     import geohead.training
     from geohead.export import export_backbone, load_backbone

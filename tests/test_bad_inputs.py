@@ -1,4 +1,4 @@
-"""Every bad input is clean (issue 24): a table of bad inputs over every command and the public API.
+"""Every bad input is clean: a table of bad inputs over every command and the public API.
 
 Each CLI case must exit with code 2, print no traceback, name the bad value in its message and
 leave the folder it ran in exactly as it was (no file written, none changed). Each API case must

@@ -65,7 +65,7 @@ def test_missing_and_invalid_recipe_files(tmp_path) -> None:
 @pytest.mark.parametrize("objective", ["byol", "simsiam"])
 def test_predictor_is_the_methods_whatever_the_head(objective: str) -> None:
     """The predictor is the method's published one (ReLU) for a smooth head and a ReLU head alike
-    (issue 22: the search's trials and the published head's runs must share it); the
+    (the search's trials and the published head's runs must share it); the
     ``head.predictor`` overrides still swap its activation."""
     specs = {}
     for smooth in (True, False):

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silently wrong (issue 24): faults a real run meets, simulated.
+"""Nothing lost, nothing silently wrong: faults a real run meets, simulated.
 
 A flipped bit in a checkpoint, a metrics line torn by a kill, a finished run rerun, two searches
 started together on a new SQLite study, exports killed mid-write and between their two renames,

@@ -1,4 +1,4 @@
-"""One collapse-monitor record (issue 25, item 1): the Tracker, GeometryMonitor and the search's
+"""One collapse-monitor record: the Tracker, GeometryMonitor and the search's
 trained criteria write geohead.geometry.collapse_record's keys with its values, bit for bit, and
 the record's keys follow their reference formulas (docs/monitors.md)."""
 from __future__ import annotations

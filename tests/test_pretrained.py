@@ -1,4 +1,4 @@
-"""Checkpoints trained anywhere (issue 23): safe reading, the layouts of Lightning, lightly,
+"""Checkpoints trained anywhere: safe reading, the layouts of Lightning, lightly,
 solo-learn and the official DINO / VICReg / Barlow Twins code, the rebuilt GeometricHead checked
 against the original module, truthful errors, and the diagnosis of any backbone + head."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The criteria that docstrings and --help name are the score's (issue 25, item 5): no module says
+"""The criteria that docstrings and --help name are the score's: no module says
 "four criteria" while SCORE_CRITERIA has five, and every name they list is in SCORE_CRITERIA."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The search's trained criteria record the local invariance ratio and the soft Fisher rank
-(geohead.geometry.local_invariance) beside the old columns (issue 14); the score's components follow their
-formulas (issue 15)."""
+(geohead.geometry.local_invariance) beside the old columns; the score's components follow their
+formulas."""
 from __future__ import annotations
 
 import math

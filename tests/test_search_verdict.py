@@ -1,4 +1,4 @@
-"""The published head in every search and the verdict against it (issue 22, item 3); --workers auto."""
+"""The published head in every search and the verdict against it; --workers auto."""
 from __future__ import annotations
 
 import json

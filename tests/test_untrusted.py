@@ -1,4 +1,4 @@
-"""Files from others run no code, read nothing outside their folder, reach no network (issue 24).
+"""Files from others run no code, read nothing outside their folder, reach no network.
 
 Crafted head specs, exports and checkpoints: each is refused with geohead's own error naming the
 value, without importing a module the file names, without timm reading a path the file names,
