@@ -4,8 +4,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
+import shlex
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -27,6 +31,7 @@ pytestmark = [
     pytest.mark.filterwarnings(r"ignore:`isinstance\(treespec, LeafSpec\)` is deprecated:FutureWarning"),
 ]
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+SHARED = EXAMPLES.parents[1] / "shared"  # beside the repository: present on the developers' machines, absent on a fresh clone
 
 
 class _Module(L.LightningModule):
@@ -125,47 +130,125 @@ def test_callback_names_what_to_pass_when_it_finds_no_head():
 
 
 def _load(name: str):
+    if str(EXAMPLES) not in sys.path:  # the examples import their shared module from their folder
+        sys.path.insert(0, str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def test_lightly_example_tiny(tmp_path, capsys):
-    """lightly's pipeline end to end at a tiny size: trains, writes its state_dict, and geohead
-    exports, diagnoses (the head rebuilt exactly from lightly's) and reports it."""
-    history = _load("lightly_barlow").main(["--n", "32", "--steps", "2", "--batch", "8", "--width", "8", "--lr", "1e-4",
-                                            "--every", "1", "--quick", "--out", str(tmp_path)])
-    assert [r["step"] for r in history] == [1, 2]
-    assert len((tmp_path / "geometry.jsonl").read_text().splitlines()) == 2
+def _quick_command(name: str, out: Path) -> list[str]:
+    """The arguments of the ``--quick`` command in the example's docstring (what a new user copies),
+    with ``--out`` moved to ``out``."""
+    prefix = f"python examples/{name}.py "
+    lines = [ln.strip() for ln in (EXAMPLES / f"{name}.py").read_text().split('"""')[1].splitlines()]
+    (line,) = [ln for ln in lines if ln.startswith(prefix) and "--quick" in ln.split()]
+    args = shlex.split(line[len(prefix):], comments=True)
+    i = args.index("--out")
+    return args[:i] + args[i + 2:] + ["--out", str(out)]
+
+
+class _Opened:
+    """Paths the process opens while ``recording`` (an audit hook: it sees numpy's and torch's opens too;
+    hooks cannot be removed, so it is installed once and idle outside ``with``)."""
+
+    paths: list[str] = []
+    recording = False
+    installed = False
+
+    def __enter__(self) -> list[str]:
+        if not _Opened.installed:
+            sys.addaudithook(_Opened._hook)
+            _Opened.installed = True
+        _Opened.paths, _Opened.recording = [], True
+        return _Opened.paths
+
+    def __exit__(self, *exc) -> None:
+        _Opened.recording = False
+
+    @staticmethod
+    def _hook(event: str, args: tuple) -> None:
+        if _Opened.recording and event == "open" and isinstance(args[0], (str, bytes, Path)):
+            _Opened.paths.append(os.fsdecode(args[0]))
+
+
+def _under_shared(paths: list[str]) -> list[str]:
+    """The paths under the ../shared folder beside the repository (real CIFAR arrays the examples must not read)."""
+    return [p for p in paths if Path(p).resolve().is_relative_to(SHARED)]
+
+
+def _run_quick(name: str, out: Path, extra: list[str] = ()) -> list[dict]:
+    """The docstring's quick command of example ``name`` (plus ``extra``), with every file it opens checked."""
+    example = _load(name)
+    assert "shared" not in (EXAMPLES / f"{name}.py").read_text().lower()  # no look at ../shared, however named
+    with _Opened() as opened:
+        history = example.main(_quick_command(name, out) + list(extra))
+    assert opened and not _under_shared(opened)
+    records = [json.loads(line) for line in (out / "geometry.jsonl").read_text().splitlines()]
+    assert records and [r["step"] for r in records] == [r["step"] for r in history]
+    assert all(math.isfinite(r["rankme_head"]) and math.isfinite(r["rankme_backbone"]) for r in records)
+    return history
+
+
+def test_lightly_example_quick_command(tmp_path, capsys):
+    """lightly's pipeline end to end, as the docstring's quick command runs it: trains on the built-in
+    shapes, writes its state_dict, and geohead exports, diagnoses (the head rebuilt exactly from
+    lightly's, on shapes too) and reports it."""
+    _run_quick("lightly_barlow", tmp_path)
     report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert report["data"]["name"] == "shapes" and report["data"]["test"] == "shapes"
     assert report["pretrained"]["layout"] == "lightly" and report["pretrained"]["head_check"]["exact"]
     assert report["data"]["mean"] == pytest.approx([0.485, 0.456, 0.406])  # lightly's ImageNet normalisation, as given
     cfg = json.loads((tmp_path / "export" / "config.json").read_text())
     assert cfg["pretrained_cfg"]["std"] == pytest.approx([0.229, 0.224, 0.225]) and (tmp_path / "export" / "head.json").is_file()
     assert (tmp_path / "report.html").is_file() and (tmp_path / "monitors.png").is_file()  # the monitor JSONL plotted
     out = capsys.readouterr().out
-    assert "$ geohead diagnose" in out and "the head " in out
+    assert "trained on shapes-train" in out and "$ geohead diagnose" in out and "--data shapes" in out and "the head " in out
 
 
-def test_lightning_example_tiny(tmp_path, capsys):
-    """Lightning end to end at a tiny size: the .ckpt Lightning writes is exported and diagnosed
-    with no flags (method, head spec, normalisation come from its hyper-parameters)."""
-    example = _load("lightning_monitor")
-    example.SHARED = tmp_path / "absent"  # no CIFAR arrays: torchvision's FakeData, diagnosed on shapes
-    history = example.main(["--n", "32", "--steps", "2", "--batch", "8", "--width", "8", "--lr", "1e-4",
-                                               "--every", "1", "--quick", "--out", str(tmp_path)])
-    assert [r["step"] for r in history] == [1, 2]
+def test_lightning_example_quick_command(tmp_path, capsys):
+    """Lightning end to end, as the docstring's quick command runs it: the .ckpt Lightning writes is
+    exported and diagnosed with no flags for the model (method, head spec, normalisation come from
+    its hyper-parameters), on the shapes it trained on."""
+    from geohead.data import load_dataset
+
+    _run_quick("lightning_monitor", tmp_path)
     report = json.loads((tmp_path / "diagnose.json").read_text())
+    assert report["data"]["name"] == "shapes" and report["data"]["test"] == "shapes"
     assert report["source"]["objective"] == "barlow" and report["source"]["head_spec"]["activation"] == "silu"
     assert report["pretrained"]["head_check"]["exact"]
     cfg = json.loads((tmp_path / "export" / "config.json").read_text())
-    assert cfg["pretrained_cfg"]["mean"] == pytest.approx([0.4914, 0.4822, 0.4465])
+    args = _quick_command("lightning_monitor", tmp_path)
+    shapes = load_dataset("shapes", n=int(args[args.index("--n") + 1]), img_size=32, seed=0)
+    assert cfg["pretrained_cfg"]["mean"] == pytest.approx(shapes.mean)  # the training images' own statistics
     assert cfg["geohead"]["provenance"]["objective"] == "barlow"
     out = capsys.readouterr().out
-    assert "trained on FakeData" in out and "--data shapes" in out
+    assert "trained on shapes-train" in out and "--data shapes" in out
     assert len(list(tmp_path.rglob("metrics.csv"))) == 1 and "$ geohead export" in out
     assert (tmp_path / "report.html").is_file() and (tmp_path / "monitors.png").is_file()  # the callback's JSONL
+
+
+@pytest.mark.parametrize("name", ["lightly_barlow", "lightning_monitor"])
+def test_examples_train_and_diagnose_on_the_npz_given(name, tmp_path, capsys):
+    """--data PATH.npz (CIFAR-10's layout) replaces shapes in training and in the diagnosis; --data-test too."""
+    rng = np.random.default_rng(0)
+    train, test = tmp_path / "train.npz", tmp_path / "test.npz"
+    for path in (train, test):
+        np.savez(path, images=rng.integers(0, 256, (32, 32, 32, 3), dtype=np.uint8), labels=np.arange(32) % 4,
+                 classes=np.array(["a", "b", "c", "d"]))
+    _run_quick(name, tmp_path / "out", ["--data", str(train), "--data-test", str(test)])
+    report = json.loads((tmp_path / "out" / "diagnose.json").read_text())
+    assert report["data"]["name"] == str(train) and report["data"]["test"] == str(test)
+    out = capsys.readouterr().out
+    assert f"trained on {train}" in out and "shapes" not in out.split("$ geohead diagnose")[0]
+
+
+def test_examples_refuse_an_every_that_records_nothing(capsys):
+    with pytest.raises(SystemExit):
+        _load("lightly_barlow").parse_args(["--steps", "2", "--every", "10"])
+    assert "would record nothing" in capsys.readouterr().err
+    assert _load("lightning_monitor").parse_args(["--steps", "2"]).every == 1  # the default fits the run
 
 
 def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_request():
