@@ -207,7 +207,10 @@ def lidar(points: Tensor, delta: float = 1e-4, eps: float = 1e-7) -> float:
     sb = b.T @ b / n
     ew, vw = torch.linalg.eigh(sw)
     inv_sqrt = vw @ torch.diag(ew.rsqrt()) @ vw.T
-    lam = torch.linalg.eigvalsh(inv_sqrt @ sb @ inv_sqrt).clamp_min(0)
+    m = inv_sqrt @ sb @ inv_sqrt
+    if not bool(torch.isfinite(m).all()):
+        return float("nan")
+    lam = torch.linalg.eigvalsh((m + m.T) / 2).clamp_min(0)  # symmetric to rounding: LAPACK may not converge otherwise
     total = float(lam.sum())
     if total == 0:
         return float("nan")
