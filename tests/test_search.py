@@ -229,7 +229,7 @@ def test_a_killed_worker_leaves_a_sound_storage_and_its_trial_is_retried(tmp_pat
 
 def test_theory_score_is_what_optuna_maximises_and_search_json_names_its_weights(tmp_path) -> None:
     """The default score (theory): each completed trial's value is the mean of RankMe's, H_eff
-    conditioning's, low compression's and the tangent-Fisher effective rank's [0, 1] transforms of
+    conditioning's and the tangent-Fisher effective rank's [0, 1] transforms of
     the criteria the trial recorded (the formulas of docs/search.md), and search.json names those
     weights."""
     import math
@@ -243,8 +243,8 @@ def test_theory_score_is_what_optuna_maximises_and_search_json_names_its_weights
     for r in done:
         d = r["dim_backbone"]
         parts = [min(1.0, max(0.0, math.log(r["rankme_backbone"]) / math.log(d))), min(1.0, max(0.0, r["heff_spread"])),
-                 1.0 / (1.0 + r["compression"]), math.log1p(r["fisher_effective_rank"]) / math.log1p(d)]
-        assert r["value"] == pytest.approx(sum(parts) / 4, rel=1e-9) and r["score"] == pytest.approx(r["value"])
+                 math.log1p(r["fisher_effective_rank"]) / math.log1p(d)]
+        assert r["value"] == pytest.approx(sum(parts) / 3, rel=1e-9) and r["score"] == pytest.approx(r["value"])
         assert r["value"] != pytest.approx(r["score_rankme"])  # not --score geometry (RankMe alone)
     summary = json.loads((out / "search.json").read_text())
     assert summary["score"] == "theory" and summary["score_weights"] == THEORY_WEIGHTS
