@@ -17,7 +17,9 @@ its only two levels). The rules (each a function of those two values and whether
 
 For each results file and objective: Spearman ρ of each rule's order against the re-trained
 backbone kNN (seed 0), the count of objectives with ρ >= 0.6 (issue 34's goal: 4 of 6). The rule
-is chosen on RankMe's searches (``--choose``) and checked on the theory-score searches (``--check``).
+is chosen on RankMe's searches (``--choose``), checked on the theory-score searches (``--check``)
+and confirmed on fresh searches with the default score (``--confirm``: their top heads were chosen
+by the new order itself, so it is not re-ranking heads an older order picked).
 
 Run: ``python benchmarks/search_order.py`` (measured: docs/search.md, "The order of the heads")
 """
@@ -35,17 +37,22 @@ RESULTS = ROOT / "benchmarks" / "results"
 # BYOL / SimSiam (re-measured with the published predictor: they replace 22's)
 CHOOSE = ["search_transfer22_cpu.json", "search_transfer22p_cpu.json"]
 CHECK = ["search_transfer22u_cpu.json", "search_transfer22t_cpu.json"]
+# fresh searches (seed 2, the default score), run after the rule was chosen: their top heads were
+# picked by the new order itself
+CONFIRM = ["search_transfer34_cpu.json"]
 RULES = ("completed_first", "first_rung", "last_score", "shared_rung")
 
 
 def heads(files: list[str]) -> dict[str, list[dict[str, Any]]]:
-    """objective -> its re-trained top heads (seed 0); a later file replaces an objective's heads."""
+    """objective -> its re-trained top heads (at the file's first seed, the one every head is
+    trained with); a later file replaces an objective's heads."""
     out: dict[str, list[dict[str, Any]]] = {}
     for name in files:
-        runs = json.loads((RESULTS / name).read_text())["runs"]
+        rec = json.loads((RESULTS / name).read_text())
+        seed = rec["settings"]["seeds"][0]
         mine: dict[str, list[dict[str, Any]]] = {}
-        for r in runs:
-            if r["seed"] == 0 and (r["label"] == "found" or r["label"].startswith("top_")) and r.get("rung_score") is not None:
+        for r in rec["runs"]:
+            if r["seed"] == seed and (r["label"] == "found" or r["label"].startswith("top_")) and r.get("rung_score") is not None:
                 mine.setdefault(r["objective"], []).append(r)
         out.update(mine)
     return out
@@ -67,8 +74,8 @@ def order(rule: str, rows: list[dict[str, Any]]) -> list[int]:
     """Trial numbers, best first, by ``rule``."""
     from geohead.search.results import rank_heads
 
-    if rule == "completed_first":
-        return [r["number"] for r in sorted(rows, key=lambda r: r["search_rank"])]
+    if rule == "completed_first":  # completed heads by their final score, then pruned ones by theirs
+        return [r["number"] for r in sorted(rows, key=lambda r: (not r["completed"], -r["rungs"][max(r["rungs"])]))]
     if rule == "first_rung":
         return [r["number"] for r in sorted(rows, key=lambda r: -r["rungs"][1])]
     if rule == "last_score":
@@ -105,12 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--choose", nargs="+", default=CHOOSE, help="results files the rule is chosen on")
     ap.add_argument("--check", nargs="+", default=CHECK, help="results files it is checked on")
+    ap.add_argument("--confirm", nargs="*", default=CONFIRM, help="fresh searches it is confirmed on (skipped until measured)")
     ap.add_argument("--out", default=str(RESULTS / "search_order_cpu.json"))
     args = ap.parse_args(argv)
     res = {"choose": evaluate(args.choose), "check": evaluate(args.check)}
     print(table("RankMe's searches (choose)", res["choose"]))
     print()
     print(table("theory-score searches (check)", res["check"]))
+    confirm = [f for f in args.confirm if (RESULTS / f).is_file()]
+    if confirm:
+        res["confirm"] = evaluate(confirm)
+        print()
+        print(table("fresh searches, default score (confirm)", res["confirm"]))
     Path(args.out).write_text(json.dumps({"settings": vars(args), **res}, indent=2) + "\n")
     return 0
 
