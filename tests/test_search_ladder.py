@@ -11,6 +11,11 @@ LADDER = {"objectives": {
                         "budget": {"at": "100 epochs", "margin": 1.9, "seeds": [0, 1]}}},
     "vicreg": {"proxy": {"margin": 1.0, "seeds": [0]},
                "axes": {"data": {"at": "40,000 images", "margin": -0.4, "seeds": [0, 1]}}},
+    # the linear probe holds on both axes; kNN turns on data and shrinks on width
+    "barlow": {"proxy": {"margin": 1.5, "knn_margin": 1.9, "seeds": [0, 1]},
+               "axes": {"width": {"at": "d=256", "margin": 2.8, "knn_margin": 0.9, "seeds": [0, 1]},
+                        "data": {"at": "40,000 images", "margin": 1.2, "knn_margin": -0.4, "seeds": [0, 1]},
+                        "budget": {"at": "100 epochs", "margin": 1.2, "knn_margin": 1.0, "seeds": [0, 1]}}},
 }}
 
 
@@ -31,11 +36,19 @@ def test_findings_and_the_advice_name_the_axes_that_did_not_hold_first():
     assert "has not measured this objective" in recheck("dino", LADDER) and findings("dino", LADDER) == {}
 
 
+def test_an_axis_where_only_knn_turns_is_named_with_the_worse_probe():
+    f = findings("barlow", LADDER)
+    assert f["data"] == ("turns", "data (40,000 images): +1.2 points, proxy +1.5: holds; kNN -0.4, proxy +1.9: turns "
+                                  "(seeds 0, 1)")
+    assert f["width"][0] == "shrinks" and f["budget"][0] == "holds"  # kNN 0.9 < 1.9 / 2; 1.0 >= 0.95
+    assert recheck("barlow", LADDER).startswith("re-check width and data first; on the scale ladder")
+
+
 def test_the_shipped_ladder_is_well_formed(tmp_path):
     ladder = load_ladder()
     for objective, rec in ladder["objectives"].items():
         assert set(rec["axes"]) <= set(AXES) and rec["proxy"]["seeds"]
         for a in rec["axes"].values():
-            assert isinstance(a["margin"], float) and a["seeds"] and a["at"]
+            assert isinstance(a["margin"], float) and isinstance(a["knn_margin"], float) and a["seeds"] and a["at"]
         assert recheck(objective)
     assert load_ladder(tmp_path / "absent.json") == {"objectives": {}}

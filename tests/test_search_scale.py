@@ -87,6 +87,9 @@ def test_a_ladder_run_writes_results_after_each_run_and_a_rerun_trains_nothing(s
     assert "backbone kNN" not in capsys.readouterr().out  # every point was read back, none trained
     ladder = json.loads((tmp_path / "l.json").read_text())["objectives"]["barlow"]
     assert set(ladder["axes"]) >= {"width"} and ladder["axes"]["width"]["seeds"] == [0]
+    w = next(m for m in res["margins"] if m["axis"] == "width_w32")
+    assert ladder["axes"]["width"]["knn_margin"] == round(100 * (w["pick_knn"] - w["pub_knn"]), 2)
+    assert ladder["axes"]["width"]["margin"] == round(100 * (w["pick_linear"] - w["pub_linear"]), 2)
     assert argv[argv.index("--data-dir") + 1] == str(data)
     argv[argv.index("--data-dir") + 1] = str(tmp_path / "nowhere")
     assert scale.main(argv) == 2

@@ -3,11 +3,13 @@ published head when the backbone is wider, the data larger or the training longe
 
 ``ladder.json`` (beside this module, written by ``benchmarks/search_scale.py``) holds, per
 objective, the pick's margin over the published head on the proxy (backbone linear-probe
-points, mean over seeds) and at the far end of each axis measured (``width``, ``data``,
-``budget``). An axis **holds** when its margin is at least half the proxy's, **shrinks** when it
-is positive but below that, and **turns** when the published head is as good or better there.
-The search prints this with its verdict, and ``geohead train --head`` names the finding for each
-axis on which the run is bigger than the proxy: the axes to re-check first.
+points, mean over seeds; ``knn_margin`` the same for the kNN probe) and at the far end of each
+axis measured (``width``, ``data``, ``budget``). A margin **holds** when it is at least half the
+proxy's, **shrinks** when it is positive but below that, and **turns** when the published head is
+as good or better there. An axis's finding is the worse of its two probes' (the linear probe
+leads; an axis where only kNN turns is still one to re-check). The search prints this with its
+verdict, and ``geohead train --head`` names the finding for each axis on which the run is bigger
+than the proxy: the axes to re-check first.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from typing import Any
 
 LADDER = Path(__file__).with_name("ladder.json")
 AXES = ("width", "data", "budget")
+FINDINGS = ("holds", "shrinks", "turns")  # best to worst
 
 
 def load_ladder(path: Path = LADDER) -> dict[str, Any]:
@@ -35,20 +38,26 @@ def axis_finding(proxy_margin: float, margin: float) -> str:
 
 def findings(objective: str, ladder: dict[str, Any] | None = None) -> dict[str, tuple[str, str]]:
     """axis -> (``holds`` / ``shrinks`` / ``turns``, one phrase of what the ladder measured), e.g.
-    ``("shrinks", "width (d=256): +0.9 points, proxy +2.5: shrinks (seed 0)")``, for each axis
-    measured for ``objective``."""
+    ``("turns", "data (40,000 images): +1.2 points, proxy +1.5: holds; kNN -0.4, proxy +1.9: turns
+    (seeds 0, 1)")``, for each axis measured for ``objective``; the kNN part where it was recorded."""
     rec = (ladder or load_ladder())["objectives"].get(objective)
     if not rec:
         return {}
-    proxy = rec["proxy"]["margin"]
+    proxy = rec["proxy"]
     out = {}
     for axis in AXES:
         a = rec["axes"].get(axis)
-        if a is not None:
-            seeds = ", ".join(str(s) for s in a["seeds"])
-            verdict = axis_finding(proxy, a["margin"])
-            out[axis] = (verdict, f"{axis} ({a['at']}): {a['margin']:+.1f} points, proxy {proxy:+.1f}: {verdict} "
-                                  f"(seed{'s' if len(a['seeds']) > 1 else ''} {seeds})")
+        if a is None:
+            continue
+        linear = axis_finding(proxy["margin"], a["margin"])
+        phrase = f"{axis} ({a['at']}): {a['margin']:+.1f} points, proxy {proxy['margin']:+.1f}: {linear}"
+        verdict = linear
+        if a.get("knn_margin") is not None and proxy.get("knn_margin") is not None:
+            knn = axis_finding(proxy["knn_margin"], a["knn_margin"])
+            phrase += f"; kNN {a['knn_margin']:+.1f}, proxy {proxy['knn_margin']:+.1f}: {knn}"
+            verdict = max(linear, knn, key=FINDINGS.index)
+        seeds = ", ".join(str(s) for s in a["seeds"])
+        out[axis] = (verdict, f"{phrase} (seed{'s' if len(a['seeds']) > 1 else ''} {seeds})")
     return out
 
 
@@ -64,4 +73,4 @@ def recheck(objective: str, ladder: dict[str, Any] | None = None) -> str:
     return f"{lead}; on the scale ladder (CIFAR-10, docs/search.md): " + "; ".join(p for _, p in found.values())
 
 
-__all__ = ["AXES", "LADDER", "axis_finding", "findings", "load_ladder", "recheck"]
+__all__ = ["AXES", "FINDINGS", "LADDER", "axis_finding", "findings", "load_ladder", "recheck"]
