@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,11 +26,15 @@ def two_process_results(tmp_path_factory) -> list[dict]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "0",
            "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0",
            str(Path(__file__).parent / "workers" / "dist_losses.py"), str(out), ",".join(NAMES)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
-    if proc.returncode != 0 and "terminate called without an active exception" in proc.stderr:
-        # gloo's rendezvous aborted at start-up: seen once on the 2-core machine with two other
-        # heavy jobs running (the same test passes alone); launch once more, then judge
+    for _ in range(3):
+        for f in out.iterdir():
+            f.unlink()
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        if proc.returncode == 0 or "terminate called without an active exception" not in proc.stderr:
+            break
+        # a rank aborted at start-up (seen under load on the 2-core machine, twice in a row once;
+        # the same test passes alone): launch again after a pause, then judge
+        time.sleep(3.0)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 

@@ -56,7 +56,10 @@ def run(name: str, views: list[torch.Tensor], wrap) -> tuple[float, dict[str, li
 def main() -> None:
     out = sys.argv[1]
     names = sys.argv[2].split(",")
-    dist.init_process_group("gloo")
+    # the process group meets through a file in OUT rather than the TCP port torchrun hands out
+    # (MASTER_PORT): one less port to race for on a busy machine
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out, 'pg_store')}",
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
     rank, world = dist.get_rank(), dist.get_world_size()
     per = GLOBAL_B // world
     local = [v[rank * per:(rank + 1) * per] for v in batch()]
