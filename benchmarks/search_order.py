@@ -65,8 +65,7 @@ def rows_of(top: list[dict[str, Any]]) -> list[dict[str, Any]]:
         last = r["search"]["score"]
         completed = last != r["rung_score"]  # a head pruned at the (only) rung keeps that rung's score
         rungs = {1: r["rung_score"]} | ({2: last} if completed else {})
-        rows.append({"number": r["trial"], "rungs": rungs, "completed": completed, "search_rank": r["search_rank"],
-                     "knn": r["knn_backbone"]})
+        rows.append({"number": r["trial"], "rungs": rungs, "completed": completed, "knn": r["knn_backbone"]})
     return rows
 
 

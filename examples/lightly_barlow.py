@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
-from typing import Any, Callable
 
 import timm
 import torch
@@ -42,28 +41,11 @@ from lightly.loss import BarlowTwinsLoss
 from lightly.models.modules import BarlowTwinsProjectionHead
 from lightly.transforms import BYOLTransform, BYOLView1Transform, BYOLView2Transform
 from lightly.transforms.utils import IMAGENET_NORMALIZE
-from PIL import Image
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
-from example_data import diagnose_data, load_images  # beside this file
-from geohead.data import ImageData
+from example_data import ImageDataset, diagnose_data, load_images  # beside this file
 from geohead.monitor import GeometryMonitor
-
-class ImageDataset(Dataset):
-    """geohead's ``ImageData`` (uint8 (N, 3, H, W) tensors) as a torch Dataset of (transform(PIL image), label)."""
-
-    def __init__(self, data: ImageData, transform: Callable[[Image.Image], Any]) -> None:
-        self.images = data.images.permute(0, 2, 3, 1).numpy()  # (N, H, W, 3), the layout PIL reads
-        self.labels = data.labels.tolist()
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int) -> tuple[Any, int]:
-        return self.transform(Image.fromarray(self.images[i])), self.labels[i]
-
 
 class BarlowTwins(nn.Module):
     """lightly's ``BarlowTwins`` module (lightly's examples/pytorch/barlowtwins.py) with a timm backbone."""
@@ -157,12 +139,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ckpt = args.out / "barlow.pt"
     torch.save(model.state_dict(), ckpt)  # the checkpoint a lightly user writes
     mean, std = (",".join(f"{v:g}" for v in IMAGENET_NORMALIZE[k]) for k in ("mean", "std"))
-    small = ["--n-test", "32", "--n-train", "32", "--orbit-images", "4", "--hessian-samples", "4", "--collapse-batch", "4",
-             "--mode", "fast", "--families", "rotate,crop", "--no-linear"] if args.quick else ["--n-test", "500", "--n-train", "1000"]
     geohead_cli(["export", str(ckpt), "--out", str(args.out / "export"), "--overwrite", "--with-head", "--method", "barlow",
                  "--mean", mean, "--std", std, "--img-size", "32"])
     geohead_cli(["diagnose", str(ckpt), "--method", "barlow", "--mean", mean, "--std", std, "--img-size", "32",
-                 "--json", str(args.out / "diagnose.json"), *diagnose_data(args.data, args.data_test), *small])
+                 "--json", str(args.out / "diagnose.json"), *diagnose_data(args.data, args.data_test, args.quick)])
     geohead_cli(["report", str(args.out)])
     return history
 

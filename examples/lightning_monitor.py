@@ -32,7 +32,6 @@ import argparse
 import csv
 import warnings
 from pathlib import Path
-from typing import Any, Callable
 
 import lightning as L
 import timm
@@ -40,11 +39,11 @@ import torch
 from torch import nn
 from lightning.pytorch.loggers import CSVLogger
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 from torchvision.transforms import v2 as T
 
 from geohead import GeometricHead
-from example_data import diagnose_data, load_images  # beside this file
+from example_data import ImageDataset, diagnose_data, load_images  # beside this file
 from geohead.data import ImageData
 from geohead.integrations.lightning import GeometryCallback
 from geohead.objectives import get_objective
@@ -65,21 +64,6 @@ class TwoViews:
 
     def __call__(self, img: Image.Image) -> tuple[torch.Tensor, torch.Tensor]:
         return self.t(img), self.t(img)
-
-
-class ImageDataset(Dataset):
-    """geohead's ``ImageData`` (uint8 (N, 3, H, W) tensors) as a torch Dataset of (transform(PIL image), label)."""
-
-    def __init__(self, data: ImageData, transform: Callable[[Image.Image], Any]) -> None:
-        self.images = data.images.permute(0, 2, 3, 1).numpy()  # (N, H, W, 3), the layout PIL reads
-        self.labels = data.labels.tolist()
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.images)
-
-    def __getitem__(self, i: int) -> tuple[Any, int]:
-        return self.transform(Image.fromarray(self.images[i])), self.labels[i]
 
 
 class BarlowTwins(L.LightningModule):
@@ -178,10 +162,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ckpt = args.out / "barlow.ckpt"
     trainer.save_checkpoint(ckpt, weights_only=False)  # the full checkpoint (optimizer, loops), as ModelCheckpoint writes it
     print_records(trainer, data)
-    small = ["--n-test", "32", "--n-train", "32", "--orbit-images", "4", "--hessian-samples", "4", "--collapse-batch", "4",
-             "--mode", "fast", "--families", "rotate,crop", "--no-linear"] if args.quick else ["--n-test", "500", "--n-train", "1000"]
     geohead_cli(["export", str(ckpt), "--out", str(args.out / "export"), "--overwrite", "--with-head"])
-    geohead_cli(["diagnose", str(ckpt), "--json", str(args.out / "diagnose.json"), *diagnose_data(args.data, args.data_test), *small])
+    geohead_cli(["diagnose", str(ckpt), "--json", str(args.out / "diagnose.json"), *diagnose_data(args.data, args.data_test, args.quick)])
     geohead_cli(["report", str(args.out)])
     return callback.monitor.history
 
