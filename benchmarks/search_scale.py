@@ -11,7 +11,10 @@ search's own settings (search_transfer.train_config) along one axis at a time:
 * ``data_40k``: resnet18_w16 on 40k images (../shared/data's 10k + the three 10k extensions), 20 epochs;
 * ``budget_300``: resnet18_w16, 10k images, 300 epochs;
 * ``search_w32``: a search run directly on resnet18_w32 (same budget: ``--search-trials`` heads);
-  its pick trained as on ``width_w32`` (does searching at the real width pick differently?).
+  its pick trained as on ``width_w32`` (does searching at the real width pick differently?);
+* ``search_40k``: a search run directly on the 40k images (same budget in steps, so about the
+  proxy search's cost); its pick trained as on ``data_40k`` (does searching on all the data pick
+  a head that keeps its margin there?).
 
 Both heads move to a wider backbone by one rule, :meth:`HeadSpec.rescale`: hidden and output
 widths stay the same multiples of d (``linear 128->512`` becomes ``linear 512->2048``; the
@@ -52,8 +55,10 @@ BASE_BACKBONE, BASE_D = "resnet18_w16", 128
 AXES: dict[str, tuple[str, int, str]] = {
     "width_w32": ("resnet18_w32", 20, "10k"), "search_w32": ("resnet18_w32", 20, "10k"),
     "data_40k": (BASE_BACKBONE, 20, "40k"), "width_full": ("resnet18_cifar", 20, "10k"),
-    "budget_300": (BASE_BACKBONE, 300, "10k"),
+    "budget_300": (BASE_BACKBONE, 300, "10k"), "search_40k": (BASE_BACKBONE, 20, "40k"),
 }
+#: search axis -> the axis whose published-head runs its pick is compared with
+SEARCHES = {"search_w32": "width_w32", "search_40k": "data_40k"}
 DIMS = {"resnet18_w16": 128, "resnet18_w32": 256, "resnet18_cifar": 512}
 TRAIN_FILES = {"10k": ["cifar10_train_10k.npz"],
                "40k": ["cifar10_train_10k.npz", "cifar10_train_ext_a.npz", "cifar10_train_ext_b.npz",
@@ -99,21 +104,21 @@ def scaled_head(objective: str, head: dict[str, Any], d: int) -> tuple[dict[str,
     return st.run_head(spec), spec.describe()
 
 
-def search_pick(objective: str, args: argparse.Namespace, data: dict[str, str]) -> dict[str, Any]:
-    """The ``head`` of the pick of a search run directly on resnet18_w32 (run once, then reused)."""
+def search_pick(objective: str, args: argparse.Namespace, axis: str, data: dict[str, str]) -> dict[str, Any]:
+    """The ``head`` of the pick of a search run directly on the search axis's backbone and
+    training data (seed 0, run once, then reused)."""
     from geohead.heads import HeadSpec
 
-    folder = st.run_the_search(objective, Path(args.out) / "search_w32", data, 0, st.SCALES["cpu"], None,
-                               "resnet18_w32", trials=args.search_trials, score="theory")
+    folder = st.run_the_search(objective, Path(args.out) / axis, data, 0, st.SCALES["cpu"], None,
+                               AXES[axis][0], trials=args.search_trials, score="theory")
     spec = HeadSpec.load(folder / "best_head.json")
     return {"spec": {k: v for k, v in st.run_head(spec)["spec"].items()}, "in_dim": spec.in_dim}
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
     """(axis, objective, label, seed): axis by axis in ``--axes`` order, seed by seed within one."""
-    labels = {"search_w32": ["found"]}
     return [(a, o, lab, s) for a in args.axes for s in args.seeds for o in args.objective
-            for lab in labels.get(a, ["found", "published"])]
+            for lab in (["found"] if a in SEARCHES else ["found", "published"])]
 
 
 def run_config(args: argparse.Namespace, axis: str, objective: str, label: str, seed: int,
@@ -122,9 +127,8 @@ def run_config(args: argparse.Namespace, axis: str, objective: str, label: str, 
     data, the head rescaled to its d; bf16 on a GPU), its ``head`` and the head's description."""
     backbone, epochs, which = AXES[axis]
     data = {"train": joined_train(Path(args.data_dir), which), "test": str(Path(args.data_dir) / "cifar10_test.npz")}
-    if axis == "search_w32":
-        picked = search_pick(objective, args, {"train": str(Path(args.data_dir) / "cifar10_train_10k.npz"),
-                                               "test": data["test"]})
+    if axis in SEARCHES:
+        picked = search_pick(objective, args, axis, data)
         head, desc = {"spec": picked["spec"]}, _describe(picked)
     else:
         head, desc = scaled_head(objective, heads(transfer, objective)[label]["head"], DIMS[backbone])
@@ -178,8 +182,9 @@ def margins(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     by: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
     for r in runs:
         by.setdefault((r["objective"], r["axis"], r["seed"]), {})[r["label"]] = r
-        if r["axis"] == "width_w32" and r["label"] == "published":  # the w32 search's pick meets it too
-            by.setdefault((r["objective"], "search_w32", r["seed"]), {})["published"] = r
+        for search, axis in SEARCHES.items():  # a search axis's pick meets its axis's published head
+            if r["axis"] == axis and r["label"] == "published":
+                by.setdefault((r["objective"], search, r["seed"]), {})["published"] = r
     rows = []
     for (o, axis, seed), pair in sorted(by.items()):
         if "found" in pair and "published" in pair:
@@ -193,7 +198,7 @@ def margins(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def table(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
-    """The ladder as markdown: one row per (objective, axis, seed), then the w32 search's pick."""
+    """The ladder as markdown: one row per (objective, axis, seed), then the search axes' picks."""
     lines = ["| objective | axis | seed | backbone d | images | epochs | pick linear | published linear | margin linear | "
              "pick kNN | published kNN | margin kNN |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -201,8 +206,8 @@ def table(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
                      f"{r['pick_linear']:.3f} | {r['pub_linear']:.3f} | {r['margin_linear']:+.1f} | {r['pick_knn']:.3f} | "
                      f"{r['pub_knn']:.3f} | {r['margin_knn']:+.1f} |")
     for r in runs:
-        if r["axis"] == "search_w32":
-            lines.append(f"\nsearch on resnet18_w32, {r['objective']} seed {r['seed']}: {r['desc']}: "
+        if r["axis"] in SEARCHES:
+            lines.append(f"\nsearch on {r['backbone']}, {r['n_train']:,} images, {r['objective']} seed {r['seed']}: {r['desc']}: "
                          f"linear {r['linear_backbone']:.3f}, kNN {r['knn_backbone']:.3f}")
     return "\n".join(lines) + "\n"
 
@@ -294,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=None, help="default 0 1 (cuda: 0)")
     ap.add_argument("--epochs", type=int, default=None, help="override every axis's epochs (cuda default: 100)")
     ap.add_argument("--n-test", type=int, default=None, help="test images (default all 10k)")
-    ap.add_argument("--search-trials", type=int, default=9, help="heads the w32 search measures (as the proxy's did)")
+    ap.add_argument("--search-trials", type=int, default=9, help="heads a search axis's search measures (as the proxy's did)")
     ap.add_argument("--device", default="cpu", help="cpu, or cuda[:K] for the GPU version")
     ap.add_argument("--data-dir", default=str(st.SHARED))
     ap.add_argument("--time-budget", type=float, default=None, help="start no run after this many seconds "

@@ -45,18 +45,48 @@ def test_both_heads_move_to_the_wider_backbone_by_the_same_rule(scale):
     assert head["spec"]["out_dim"] == 1024 and desc == "linear 256->1024 last_norm=batch whiten=none"
 
 
-def test_margins_pair_heads_per_axis_and_seed_and_the_w32_search_meets_the_w32_published_head(scale):
+def test_margins_pair_heads_per_axis_and_seed_and_a_search_axis_meets_its_axis_published_head(scale):
     def run(axis, label, seed, lin, knn, d=256):
         return {"objective": "barlow", "axis": axis, "label": label, "seed": seed, "d": d, "n_train": 10000, "epochs": 20,
                 "linear_backbone": lin, "knn_backbone": knn}
 
     rows = scale.margins([run("width_w32", "found", 0, 0.44, 0.39), run("width_w32", "published", 0, 0.42, 0.40),
-                          run("search_w32", "found", 0, 0.45, 0.41), run("width_w32", "found", 1, 0.43, 0.38)])
+                          run("search_w32", "found", 0, 0.45, 0.41), run("width_w32", "found", 1, 0.43, 0.38),
+                          run("data_40k", "published", 1, 0.47, 0.44, d=128), run("search_40k", "found", 1, 0.46, 0.45, d=128)])
     by = {(r["axis"], r["seed"]): r for r in rows}
-    assert set(by) == {("width_w32", 0), ("search_w32", 0)}  # seed 1 lacks its published run
+    assert set(by) == {("width_w32", 0), ("search_w32", 0), ("search_40k", 1)}  # width_w32 seed 1 lacks its published run
     assert by[("width_w32", 0)]["margin_linear"] == pytest.approx(2.0)
     assert by[("width_w32", 0)]["margin_knn"] == pytest.approx(-1.0)
     assert by[("search_w32", 0)]["margin_linear"] == pytest.approx(3.0)
+    assert by[("search_40k", 1)]["margin_linear"] == pytest.approx(-1.0)
+    assert by[("search_40k", 1)]["margin_knn"] == pytest.approx(1.0)
+
+
+def test_a_search_axis_searches_on_its_own_backbone_and_data_and_trains_its_pick_there(scale, tmp_path, monkeypatch):
+    from geohead.heads import HeadSpec
+
+    data = _data(tmp_path)
+    for name in scale.TRAIN_FILES["40k"][1:]:
+        (data / name).write_bytes((data / "cifar10_train_10k.npz").read_bytes())
+    monkeypatch.setattr(scale.tempfile, "gettempdir", lambda: str(tmp_path))
+    seen = []
+
+    def fake_search(objective, out, data, seed, scale_, timeout, backbone, trials=None, **settings):
+        seen.append((out.name, np.load(data["train"])["images"].shape[0], backbone, seed, trials, settings))
+        folder = out / objective / "search"
+        folder.mkdir(parents=True)
+        HeadSpec(in_dim=128, out_dim=256, hidden_dim=256, depth=2, activation="gelu").to_json(folder / "best_head.json")
+        return folder
+
+    monkeypatch.setattr(scale.st, "run_the_search", fake_search)
+    args = argparse.Namespace(data_dir=str(data), out=str(tmp_path / "o"), epochs=None, n_test=None, device="cpu",
+                              search_trials=9)
+    cfg, head, desc = scale.run_config(args, "search_40k", "barlow", "found", 1, {"runs": []})
+    assert seen == [("search_40k", 4 * 512, "resnet18_w16", 0, 9, {"score": "theory"})]
+    assert (cfg.backbone.name, cfg.seed, desc) == ("resnet18_w16", 1, "depth 2 128->256->256 gelu norm=batch last_norm=none whiten=none")
+    assert head["spec"]["hidden_dim"] == 256 and np.load(cfg.data.name)["images"].shape[0] == 4 * 512
+    assert scale.plan(argparse.Namespace(axes=["search_40k", "data_40k"], seeds=[0], objective=["barlow"])) == [
+        ("search_40k", "barlow", "found", 0), ("data_40k", "barlow", "found", 0), ("data_40k", "barlow", "published", 0)]
 
 
 def test_the_gpu_version_is_full_width_100_epochs_bf16(scale, tmp_path):
