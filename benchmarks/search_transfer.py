@@ -360,11 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    runs: list[dict[str, Any]] = []
-    summaries: list[dict[str, Any]] = []
+    earlier = earlier_results(args.results, args.epochs)
+    prior = prior_runs(earlier)
+    # the objectives this sitting does not measure keep their earlier runs and summaries
+    runs = [r for r in earlier["runs"] if r["objective"] not in args.objective]
+    summaries = [s for s in earlier["summaries"] if s["objective"] not in args.objective]
     stopped = None
     reused = json.loads(Path(args.reuse).read_text()) if args.reuse else {"runs": [], "summaries": []}
-    prior = prior_runs(args.results, args.epochs)
     for objective in args.objective:
         old = [r for r in reused["runs"] if r["objective"] == objective]
         if old:
@@ -413,16 +415,20 @@ def main(argv: list[str] | None = None) -> int:
 RUN_FIELDS = ("steps", "wall_s", "final_loss", "knn_backbone", "linear_backbone", "knn_head", "linear_head")
 
 
-def prior_runs(path: str | None, epochs: int) -> dict[tuple[str, str], dict[str, Any]]:
-    """(objective, [head, seed] key) -> the record of a run ``path`` holds (same epochs), so a
-    plan spanning several sittings trains each run once even when its folder is gone."""
-    if path is None or not Path(path).is_file():
-        return {}
-    old = json.loads(Path(path).read_text())
+def earlier_results(path: str | None, epochs: int) -> dict[str, Any]:
+    """The results file ``path`` of an earlier sitting at the same epochs (``runs`` and
+    ``summaries``; both empty when there is none)."""
+    old = json.loads(Path(path).read_text()) if path is not None and Path(path).is_file() else {}
     if old.get("settings", {}).get("epochs") != epochs:
-        return {}
+        return {"runs": [], "summaries": []}
+    return {"runs": old.get("runs", []), "summaries": old.get("summaries", [])}
+
+
+def prior_runs(earlier: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(objective, [head, seed] key) -> the record of a run the ``earlier`` results hold, so a
+    plan spanning several sittings trains each run once even when its folder is gone."""
     return {(r["objective"], json.dumps([r["head"], r["seed"]], sort_keys=True)): {k: r.get(k) for k in RUN_FIELDS}
-            for r in old.get("runs", []) if r.get("knn_backbone") is not None}
+            for r in earlier["runs"] if r.get("knn_backbone") is not None}
 
 
 def _write(out: Path, args: argparse.Namespace, runs: list[dict[str, Any]], summaries: list[dict[str, Any]],

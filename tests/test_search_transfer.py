@@ -21,11 +21,19 @@ def test_transfer_benchmark_at_smoke_scale(tmp_path, shared_data) -> None:
     s = res["summaries"][0]
     assert s["objective"] == "barlow" and s["found_minus_published_linear_points"] is not None
     assert "found" in (out / "table.md").read_text()
-    # a rerun reuses the search and every finished run
+    # a rerun reuses the search and every finished run, and keeps the --results file's other objectives
     before = (out / "barlow" / "search" / "search.json").stat().st_mtime
-    assert search_transfer.main(["--scale", "smoke", "--data-dir", str(shared_data), "--out", str(out)]) == 0
+    tracked = tmp_path / "tracked.json"
+    other = {**res["runs"][0], "objective": "simclr", "knn_backbone": 0.5}
+    tracked.write_text(json.dumps({**res, "runs": res["runs"] + [other],
+                                   "summaries": res["summaries"] + [{**res["summaries"][0], "objective": "simclr"}]}))
+    argv = ["--scale", "smoke", "--data-dir", str(shared_data), "--out", str(out), "--results", str(tracked)]
+    assert search_transfer.main(argv) == 0
     assert (out / "barlow" / "search" / "search.json").stat().st_mtime == before
-    assert json.loads((out / "results.json").read_text())["runs"][0]["wall_s"] == res["runs"][0]["wall_s"]
+    again = json.loads(tracked.read_text())
+    assert [r["wall_s"] for r in again["runs"] if r["objective"] == "barlow"] == [r["wall_s"] for r in res["runs"]]
+    assert [r for r in again["runs"] if r["objective"] == "simclr"] == [other]
+    assert [s["objective"] for s in again["summaries"]] == ["simclr", "barlow"]
 
 
 def test_budget_plan_order_and_labels() -> None:
