@@ -111,7 +111,7 @@ def test_three_trials_write_every_output_and_a_rerun_resumes(tmp_path) -> None:
         run_search(tiny(out, trials=4, steps=3))
 
 
-def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, monkeypatch) -> None:
+def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, monkeypatch, capfd) -> None:
     import geohead.search.trial as TR
     import geohead.training.loop as T
 
@@ -140,6 +140,11 @@ def test_a_trial_that_diverges_or_errs_fails_and_the_study_goes_on(tmp_path, mon
     assert [r["state"] for r in rows] == ["FAIL", "FAIL", "COMPLETE", "COMPLETE"] and len(calls) == 4
     assert "diverged" in rows[0]["fail_reason"] and "loss became nan" in rows[0]["fail_reason"]
     assert rows[1]["fail_reason"] == "RuntimeError: boom"
+    # each failure in the search's own line (an unexpected error with its traceback, for a report),
+    # without Optuna's two records of it
+    err = capfd.readouterr().err
+    assert "failed with parameters" not in err and "failed with value" not in err, err
+    assert "trial 0 FAIL (diverged" in err and err.count("Traceback") == 1 and "trial 1 FAIL (RuntimeError: boom)" in err
     summary = json.loads((out / "search.json").read_text())
     assert summary["trials"]["failed"] == 2 and summary["best"]["number"] in (2, 3)
 

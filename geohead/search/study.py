@@ -34,22 +34,26 @@ from geohead.search.space import SearchSpace
 
 def quiet_optuna() -> None:
     """Silence Optuna's "experimental feature" warnings (heartbeats, retries, multivariate TPE) and
-    its traceback of a trial stopped by Ctrl-C."""
+    its records, traceback and all, of a failed trial (the search prints its own line)."""
     import warnings
 
     import optuna
 
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     logger = logging.getLogger("optuna.study._optimize")  # where Optuna logs a failed trial, traceback and all
-    if not any(isinstance(f, _NoInterruptTraceback) for f in logger.filters):
-        logger.addFilter(_NoInterruptTraceback())
+    if not any(isinstance(f, _NoFailedTrialRecords) for f in logger.filters):
+        logger.addFilter(_NoFailedTrialRecords())
 
 
-class _NoInterruptTraceback(logging.Filter):
-    """Drops Optuna's "trial failed" record of a trial stopped by Ctrl-C: the search says it in one line."""
+class _NoFailedTrialRecords(logging.Filter):
+    """Drops Optuna's two "Trial N failed with ..." records (the first with a traceback) of a
+    failed trial: a trial stopped by Ctrl-C, or one that diverged or erred, which the search
+    reports in its own line with the reason (``[k/N] trial N FAIL (...)``); an error the search
+    does not catch is raised to the caller, not logged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+        msg = record.getMessage()
+        return not (msg.startswith("Trial ") and " failed with " in msg)
 
 
 def trial_constraint(trial: Any) -> tuple[float]:
