@@ -42,6 +42,30 @@ def test_orbit_criteria_record_local_invariance_and_soft_fisher_rank() -> None:
     assert geometric_score({**base, **out}, equal) == pytest.approx(sum(comps.values()) / len(comps))
 
 
+def test_a_head_constant_on_the_orbits_is_measured_not_failed() -> None:
+    """Its orbit compression is 0/0: recorded as NaN (counted worst by a score that weighs it),
+    while a non-finite criterion that means divergence still fails the trial."""
+    from geohead.search.criteria import TrialDiverged, _finite
+    from geohead.search.score import low_compression
+
+    class Constant(nn.Module):  # a saturated head: the same output for every image
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(32, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.tanh(self.lin(x) * 0 + 1)
+
+    data = load_dataset("shapes", train=False, n=8, img_size=32, seed=0)
+    backbone = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten()).eval()
+    inputs = EvalInputs(data.images, None, data.images, None, data.images.float() / 255, (None, None),
+                        (0.5,) * 3, (0.25,) * 3, families=("hue", "saturation"), tangent_images=4)
+    out = _finite(_orbit_criteria(backbone, Constant(), inputs, "cpu", False), "criteria")
+    assert math.isnan(out["compression_hue"]) and math.isnan(out["compression"]) and low_compression(out["compression"]) == 0
+    with pytest.raises(TrialDiverged, match="non-finite rankme_head"):
+        _finite({**out, "rankme_head": float("nan")}, "criteria")
+
+
 def test_screen_records_the_escape_state_gradient_relative_to_curvature() -> None:
     """The screen's collapsed state is drawn, not an equilibrium: its ‖∇_Z f‖ relative to the
     curvature is recorded beside the escape curvature (the same number escape_curvature gives)."""

@@ -76,8 +76,9 @@ def calibrate_batchnorm(module: nn.Module, batches: Sequence[Tensor]) -> nn.Modu
 
 
 #: Criteria that may be inf/NaN without failing the trial (H_eff products that overflowed, a
-#: condition number without a converged bottom end); the score counts them as worst.
-_MAY_BE_UNDEFINED = ("condition", "stable_rank", "lambda_min", "lambda_max", "spread")
+#: condition number without a converged bottom end, the orbit compression 0/0 of a head constant
+#: on a family's orbits); the score counts them as worst.
+_MAY_BE_UNDEFINED = ("condition", "stable_rank", "lambda_min", "lambda_max", "spread", "compression")
 
 
 def _finite(d: dict[str, Any], stage: str) -> dict[str, Any]:
