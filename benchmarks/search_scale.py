@@ -141,18 +141,29 @@ def run_config(args: argparse.Namespace, axis: str, objective: str, label: str, 
 
 
 def train_run(args: argparse.Namespace, axis: str, objective: str, label: str, seed: int,
-              transfer: dict[str, Any]) -> dict[str, Any]:
-    """Train one ladder point (or read its finished run folder) and return its record."""
+              transfer: dict[str, Any], done: list[dict[str, Any]]) -> dict[str, Any]:
+    """Train one ladder point (or read its finished run folder) and return its record; a point
+    whose head, backbone, data, epochs, seed and device equal a run in ``done`` (a search axis
+    that picked the proxy's head) takes that run's record, as training it again reproduces it
+    (the w32 search's pick, trained again, gave the width_w32 run's probes to the 4th decimal)."""
     backbone, epochs, which = AXES[axis]
     epochs = args.epochs or epochs
     d = DIMS[backbone]
     cfg, head, desc = run_config(args, axis, objective, label, seed, transfer)
+    n_train = 10_000 * len(TRAIN_FILES[which])
+    twin = next((r for r in done if r["objective"] == objective and r["head"] == head and r["backbone"] == backbone
+                 and r["n_train"] == n_train and r["epochs"] == epochs and r["seed"] == seed
+                 and r["device"] == args.device and "same_run_as" not in r), None)
+    if twin is not None:
+        print(f"[{axis}] {objective} {label} seed {seed}: {desc}: the same run as {twin['axis']} {twin['label']} "
+              f"(kNN {twin['knn_backbone']:.3f}, linear {twin['linear_backbone']:.3f}), not trained again", flush=True)
+        return dict(twin, axis=axis, label=label, desc=desc, same_run_as=f"{twin['axis']} {twin['label']} seed {seed}")
     print(f"[{axis}] {objective} {label} seed {seed}: {desc} ({backbone}, {epochs} epochs, {which})", flush=True)
     rec = st.train_one(cfg)
     print(f"[{axis}] {objective} {label} seed {seed}: backbone kNN {rec['knn_backbone']:.3f}, "
           f"linear {rec['linear_backbone']:.3f} in {rec['wall_s']:.0f} s", flush=True)
     return {"objective": objective, "axis": axis, "label": label, "seed": seed, "epochs": epochs,
-            "backbone": backbone, "d": d, "n_train": 10_000 * len(TRAIN_FILES[which]), "device": args.device,
+            "backbone": backbone, "d": d, "n_train": n_train, "device": args.device,
             "knn_backbone": rec["knn_backbone"], "linear_backbone": rec["linear_backbone"],
             "knn_head": rec["knn_head"], "linear_head": rec["linear_head"], "steps": rec["steps"],
             "wall_s": rec["wall_s"], "desc": desc, "head": head}
@@ -334,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
             stopped = f"time budget of {args.time_budget:.0f} s spent before {key}"
             break
-        runs.append(train_run(args, axis, objective, label, seed, transfer))
+        runs.append(train_run(args, axis, objective, label, seed, transfer, runs))
         write(args, runs, transfer, None)
     write(args, runs, transfer, stopped)
     print((Path(args.out) / "table.md").read_text())

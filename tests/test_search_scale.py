@@ -74,7 +74,7 @@ def test_a_search_axis_searches_on_its_own_backbone_and_data_and_trains_its_pick
     def fake_search(objective, out, data, seed, scale_, timeout, backbone, trials=None, **settings):
         seen.append((out.name, np.load(data["train"])["images"].shape[0], backbone, seed, trials, settings))
         folder = out / objective / "search"
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
         HeadSpec(in_dim=128, out_dim=256, hidden_dim=256, depth=2, activation="gelu").to_json(folder / "best_head.json")
         return folder
 
@@ -85,6 +85,12 @@ def test_a_search_axis_searches_on_its_own_backbone_and_data_and_trains_its_pick
     assert seen == [("search_40k", 4 * 512, "resnet18_w16", 0, 9, {"score": "theory"})]
     assert (cfg.backbone.name, cfg.seed, desc) == ("resnet18_w16", 1, "depth 2 128->256->256 gelu norm=batch last_norm=none whiten=none")
     assert head["spec"]["hidden_dim"] == 256 and np.load(cfg.data.name)["images"].shape[0] == 4 * 512
+    # the pick is the head a data_40k run trained at this seed: that run's record, nothing trained
+    twin = {"objective": "barlow", "axis": "data_40k", "label": "found", "seed": 1, "head": head, "epochs": 20,
+            "backbone": "resnet18_w16", "n_train": 40_000, "device": "cpu", "knn_backbone": 0.43, "linear_backbone": 0.47}
+    rec = scale.train_run(args, "search_40k", "barlow", "found", 1, {"runs": []}, [twin])
+    assert rec == {**twin, "axis": "search_40k", "desc": desc, "same_run_as": "data_40k found seed 1"}
+    assert len(seen) == 2 and not (tmp_path / "o" / "search_40k" / "barlow" / "found_s1").exists()
     assert scale.plan(argparse.Namespace(axes=["search_40k", "data_40k"], seeds=[0], objective=["barlow"])) == [
         ("search_40k", "barlow", "found", 0), ("data_40k", "barlow", "found", 0), ("data_40k", "barlow", "published", 0)]
 
