@@ -289,7 +289,8 @@ def _mean(rows: list[dict[str, Any]], key: str) -> float:
 def write(args: argparse.Namespace, runs: list[dict[str, Any]], transfer: dict[str, Any], stopped: str | None) -> None:
     from geohead.io import atomic_write_text
 
-    rows = margins([r for r in baselines(transfer) if r["objective"] in args.objective] + runs)
+    measured = set(args.objective) | {r["objective"] for r in runs}  # a sitting on one objective keeps the others'
+    rows = margins([r for r in baselines(transfer) if r["objective"] in measured] + runs)
     rec = {"settings": vars(args), "stopped": stopped, "margins": rows, "runs": runs}
     text = json.dumps(rec, indent=2, default=str) + "\n"
     atomic_write_text(Path(args.results), text)

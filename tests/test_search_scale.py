@@ -129,3 +129,19 @@ def test_a_ladder_run_writes_results_after_each_run_and_a_rerun_trains_nothing(s
     assert argv[argv.index("--data-dir") + 1] == str(data)
     argv[argv.index("--data-dir") + 1] = str(tmp_path / "nowhere")
     assert scale.main(argv) == 2
+
+
+def test_a_sitting_on_one_objective_keeps_the_others_in_the_ladder(scale, tmp_path):
+    def run(o, axis, label, lin):
+        return {"objective": o, "axis": axis, "label": label, "seed": 0, "d": 128, "n_train": 40_000, "epochs": 20,
+                "linear_backbone": lin, "knn_backbone": lin - 0.05, "desc": label}
+
+    transfer = {"runs": [{**run(o, "proxy", lab, v), "n_train": 10_000} for o in ("barlow", "simclr")
+                         for lab, v in (("found", 0.42), ("published", 0.40))]}
+    runs = [run(o, "data_40k", lab, v) for o in ("barlow", "simclr") for lab, v in (("found", 0.47), ("published", 0.46))]
+    args = argparse.Namespace(objective=["barlow"], results=str(tmp_path / "r.json"), out=str(tmp_path / "o"), plot="",
+                              ladder=str(tmp_path / "l.json"))
+    scale.write(args, runs, transfer, None)
+    ladder = json.loads((tmp_path / "l.json").read_text())["objectives"]
+    assert set(ladder) == {"barlow", "simclr"} and ladder["simclr"]["axes"]["data"]["margin"] == pytest.approx(1.0)
+    assert ladder["simclr"]["proxy"]["margin"] == pytest.approx(2.0)
