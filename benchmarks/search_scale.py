@@ -104,15 +104,15 @@ def scaled_head(objective: str, head: dict[str, Any], d: int) -> tuple[dict[str,
     return st.run_head(spec), spec.describe()
 
 
-def search_pick(objective: str, args: argparse.Namespace, axis: str, data: dict[str, str]) -> dict[str, Any]:
-    """The ``head`` of the pick of a search run directly on the search axis's backbone and
-    training data (seed 0, run once, then reused)."""
+def search_pick(objective: str, args: argparse.Namespace, axis: str, data: dict[str, str]) -> tuple[dict[str, Any], str]:
+    """The ``head`` and description of the pick of a search run directly on the search axis's
+    backbone and training data (seed 0, run once, then reused)."""
     from geohead.heads import HeadSpec
 
     folder = st.run_the_search(objective, Path(args.out) / axis, data, 0, st.SCALES["cpu"], None,
                                AXES[axis][0], trials=args.search_trials, score="theory")
     spec = HeadSpec.load(folder / "best_head.json")
-    return {"spec": {k: v for k, v in st.run_head(spec)["spec"].items()}, "in_dim": spec.in_dim}
+    return st.run_head(spec), spec.describe()
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
@@ -128,8 +128,7 @@ def run_config(args: argparse.Namespace, axis: str, objective: str, label: str, 
     backbone, epochs, which = AXES[axis]
     data = {"train": joined_train(Path(args.data_dir), which), "test": str(Path(args.data_dir) / "cifar10_test.npz")}
     if axis in SEARCHES:
-        picked = search_pick(objective, args, axis, data)
-        head, desc = {"spec": picked["spec"]}, _describe(picked)
+        head, desc = search_pick(objective, args, axis, data)
     else:
         head, desc = scaled_head(objective, heads(transfer, objective)[label]["head"], DIMS[backbone])
     folder = Path(args.out) / axis / objective / f"{label}_s{seed}"
@@ -167,12 +166,6 @@ def train_run(args: argparse.Namespace, axis: str, objective: str, label: str, s
             "knn_backbone": rec["knn_backbone"], "linear_backbone": rec["linear_backbone"],
             "knn_head": rec["knn_head"], "linear_head": rec["linear_head"], "steps": rec["steps"],
             "wall_s": rec["wall_s"], "desc": desc, "head": head}
-
-
-def _describe(picked: dict[str, Any]) -> str:
-    from geohead.heads import HeadSpec
-
-    return HeadSpec(in_dim=picked["in_dim"], **picked["spec"]).describe()
 
 
 def baselines(transfer: dict[str, Any]) -> list[dict[str, Any]]:
