@@ -82,3 +82,17 @@ def test_train_says_how_the_run_differs_from_the_proxy(tmp_path):
     same = tmp_path / "same.json"
     spec.rescale(128).to_json(same, found_on={"d": 128, "epochs": 6, "n_train": 10000})
     assert _rescale_note(load_recipe(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{same}"']), str(same)) is None
+
+
+def test_a_verdict_at_the_users_schedule_counts_as_the_budget_it_was_decided_on(tmp_path):
+    from geohead.commands.train import _rescale_note
+    from geohead.training.config import load_recipe
+
+    spec = HeadSpec(in_dim=128, out_dim=512, depth=1, activation="identity", norm=None, last_norm="batch")
+    recipe = ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml"          # w16: d = 128, 6 epochs, 10k images
+    short, long = tmp_path / "short.json", tmp_path / "long.json"
+    spec.to_json(short, found_on={"d": 128, "steps": 20, "epochs": 0.5, "n_train": 10000})
+    spec.to_json(long, found_on={"d": 128, "steps": 20, "epochs": 0.5, "n_train": 10000, "verdict_epochs": 6.0})
+    note = _rescale_note(load_recipe(recipe, [f'head.file="{short}"']), str(short))
+    assert "0.5 epochs of 10,000 images; this run is bigger on budget: re-check" in note
+    assert _rescale_note(load_recipe(recipe, [f'head.file="{long}"']), str(long)) is None

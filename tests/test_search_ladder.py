@@ -52,3 +52,14 @@ def test_the_shipped_ladder_is_well_formed(tmp_path):
             assert isinstance(a["margin"], float) and isinstance(a["knn_margin"], float) and a["seeds"] and a["at"]
         assert recheck(objective)
     assert load_ladder(tmp_path / "absent.json") == {"objectives": {}}
+
+
+def test_a_verdict_at_the_users_budget_takes_budget_off_the_axes_to_recheck():
+    turned = {"objectives": {"barlow": {"proxy": {"margin": 1.5, "seeds": [0]},
+                                        "axes": {"data": {"at": "40,000 images", "margin": -0.4, "seeds": [0]},
+                                                 "budget": {"at": "300 epochs", "margin": -0.8, "seeds": [0]}}}}}
+    assert recheck("barlow", turned).startswith("re-check data and budget first; on the scale ladder")
+    advice = recheck("barlow", turned, verdict_epochs=300.0)
+    assert advice.startswith("re-check data first (the verdict trained 300 epochs, your budget); on the scale ladder")
+    assert "budget (300 epochs): -0.8 points, proxy +1.5: turns" in advice       # what was measured is still said
+    assert recheck("dino", turned, verdict_epochs=50.0).startswith("the verdict trained 50 epochs, your budget; the scale")

@@ -109,17 +109,22 @@ class _Trial:
         self.user_attrs = {"head": head.to_dict(), "knn_backbone": 0.5, "score": value}
 
 
-def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1, knn: dict[str, float] | None = None):
+def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1, knn: dict[str, float] | None = None,
+             steps: int | None = None, shift: dict[int, float] | None = None):
+    """run_verdict with a stand-in measure: ``fresh[label]`` at every fresh seed (plus ``shift[seed]``
+    for the pick, else 0.001 · seed for both); the calls are (depth, seed, folder name, steps)."""
     pick_head, ref_head = HeadSpec(in_dim=8, out_dim=8, depth=1), HeadSpec(in_dim=8, out_dim=8, depth=2, hidden_dim=8)
     calls = []
 
-    def measure(spec: HeadSpec, seed: int, out: Path) -> dict[str, float]:
-        calls.append((spec.depth, seed))
+    def measure(spec: HeadSpec, seed: int, out: Path, steps: int | None = None) -> dict[str, float]:
+        calls.append((spec.depth, seed, out.name, steps))
         label = "pick" if spec == pick_head else "published"
-        return {"value": fresh[label] + 0.001 * seed, "knn_backbone": (knn or {}).get(label)}
+        extra = (shift or {}).get(seed, 0.0) if label == "pick" else 0.0
+        return {"value": fresh[label] + extra + (0.0 if shift else 0.001 * seed), "knn_backbone": (knn or {}).get(label)}
 
-    v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), n_seeds, 0, tmp_path, measure, lambda s: None)
-    return v, calls
+    v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), n_seeds, 0, tmp_path, measure, lambda s: None,
+                    steps, "300 epochs of 10,000 images" if steps else "")
+    return v, [c[:2] for c in calls] if steps is None else calls
 
 
 def test_a_margin_beyond_the_noise_keeps_the_pick_and_within_it_recommends_the_published_head(tmp_path) -> None:
@@ -140,6 +145,31 @@ def test_a_margin_beyond_the_noise_keeps_the_pick_and_within_it_recommends_the_p
     # confirmation runs are stored and reused: a rerun trains nothing
     _, calls = _verdict(tmp_path / "b", {"pick": 0.71, "published": 0.70})
     assert calls == []
+
+
+def test_a_verdict_at_its_own_schedule_pairs_the_fresh_seeds_alone(tmp_path) -> None:
+    """The trials' seed 0 was measured at the search's schedule (pick 0.80, published 0.70, a
+    +0.10 difference); runs at another schedule compare only among themselves."""
+    v, calls = _verdict(tmp_path, {"pick": 0.70, "published": 0.70}, n_seeds=2, steps=40, shift={1: 0.02, 2: 0.04})
+    assert calls == [(1, 1, "pick_s1_40steps", 40), (1, 2, "pick_s2_40steps", 40),
+                     (2, 1, "published_s1_40steps", 40), (2, 2, "published_s2_40steps", 40)]
+    assert v.values["pick"].keys() == {1, 2} and v.steps == 40          # no study-seed value
+    assert v.score_margin.margin == pytest.approx(0.03)                  # mean of 0.02 and 0.04
+    assert v.score_margin.spread == pytest.approx(math.sqrt(2) * 0.01)   # sample sd of {0.02, 0.04}
+    assert v.score_margin.noise == pytest.approx(0.01)
+    assert v.recommended == "pick" and "2 fresh seeds (300 epochs of 10,000 images each)" in v.reason
+    assert v.to_dict()["steps"] == 40
+    # the same margin paired with the study seed's +0.10 would carry a larger spread
+    d = decide({"pick": {0: 0.80, 1: 0.72, 2: 0.74}, "published": {0: 0.70, 1: 0.70, 2: 0.70}}, 0)
+    assert d.score.margin == pytest.approx(0.03) and d.score.spread > 2 * v.score_margin.spread
+    # a pick no better at the long schedule: the published head, though it led by 0.10 at the short one
+    v, _ = _verdict(tmp_path / "b", {"pick": 0.70, "published": 0.70}, n_seeds=2, steps=40, shift={1: -0.01, 2: 0.005})
+    assert v.recommended == "published" and v.basis == "noise"
+    # stored at their schedule: a rerun trains nothing, a verdict at the trials' schedule trains its own
+    _, calls = _verdict(tmp_path, {"pick": 0.70, "published": 0.70}, n_seeds=2, steps=40, shift={1: 0.02, 2: 0.04})
+    assert calls == []
+    _, calls = _verdict(tmp_path, {"pick": 0.70, "published": 0.70}, n_seeds=1)
+    assert calls == [(1, 1), (2, 1)]
 
 
 def test_no_reference_or_the_reference_picked_trains_nothing(tmp_path) -> None:
@@ -187,6 +217,29 @@ def test_every_search_measures_the_published_head_unpruned_and_ends_with_a_verdi
     assert sum(is_reference(t) for t in study.trials) == 1
 
 
+def test_a_verdict_at_the_users_schedule_trains_it_records_it_and_resumes(tmp_path) -> None:
+    out = tmp_path / "s"
+    cfg = SearchConfig(out=str(out), trials=3, steps=2, confirm_seeds=2, confirm_epochs=2, keep_checkpoints=True, **TINY)
+    res = run_search(cfg)
+    v = json.loads((out / "search.json").read_text())["verdict"]
+    assert v["pick"] != v["reference"]                        # at this seed a candidate beats the published head
+    steps = 2 * (256 // 64)                                   # 2 epochs of the 256 images, batch 64
+    assert v["steps"] == steps and set(v["values"]["pick"]) == {"1", "2"}
+    folder = out / "confirm" / "pick_s2_8steps"
+    stored = json.loads((folder / "result.json").read_text())
+    assert stored["steps_trained"] == steps and json.loads((folder / "config.json").read_text())["optim"]["max_steps"] == steps
+    found_on = json.loads((out / "best_head.json").read_text())["found_on"]
+    assert found_on["verdict_epochs"] == 2.0 and found_on["steps"] == 2
+    assert "the verdict's runs 2 epochs" in res.table and "(2 epochs of 256 images each)" in res.table
+    # a run killed after its last checkpoint resumes there: no step is trained again, the measures are equal
+    (folder / "result.json").unlink()
+    lines = (folder / "metrics.jsonl").read_text()
+    run_search(cfg)
+    assert (folder / "metrics.jsonl").read_text() == lines
+    again = json.loads((folder / "result.json").read_text())
+    assert {k: again[k] for k in ("value", "knn_backbone")} == {k: stored[k] for k in ("value", "knn_backbone")}
+
+
 def test_a_reference_outside_a_narrowed_space_is_measured_without_parameters(tmp_path) -> None:
     import optuna
 
@@ -212,6 +265,8 @@ def test_auto_workers_split_the_machine() -> None:
     (["--workers", "many"], "--workers 'many' is not a number"),
     (["--workers", "0"], "--workers must be a positive integer, got 0"),
     (["--confirm-seeds", "-1"], "--confirm-seeds must be an integer >= 0, got -1"),
+    (["--confirm-epochs", "0", "--confirm-seeds", "2"], "--confirm-epochs must be a positive integer, got 0"),
+    (["--confirm-epochs", "300"], "--confirm-epochs 300 needs --confirm-seeds 2 or more (got 1)"),
 ])
 def test_bad_workers_and_confirm_seeds_exit_2(args, match, tmp_path) -> None:
     r = CliRunner().invoke(main, ["search", "--out", str(tmp_path / "s"), *args])

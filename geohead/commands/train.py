@@ -75,14 +75,15 @@ def _rescale_note(cfg, head_file: str) -> str | None:
     if found.in_dim != d:
         lines.append(f"head: {head_file} was found on d={found.in_dim} features; this backbone gives d={d}, so its "
                      f"widths keep the same multiples of d: {found.describe()} -> {found.rescale(d).describe()}")
-    differs = [axis for axis, theirs, ours in (("width", proxy.get("d"), d), ("budget", proxy.get("epochs"), cfg.optim.epochs),
+    epochs = proxy.get("verdict_epochs") or proxy.get("epochs")  # a verdict at its own schedule decided there
+    differs = [axis for axis, theirs, ours in (("width", proxy.get("d"), d), ("budget", epochs, cfg.optim.epochs),
                                              ("data", proxy.get("n_train"), cfg.data.n_train))
                if theirs is not None and ours is not None and float(ours) > 1.5 * float(theirs)]
     if differs:
         from geohead.search.ladder import findings
 
         measured = findings(cfg.objective)
-        lines.append(f"head: the search decided on {proxy.get('backbone')} (d={proxy.get('d')}), {proxy.get('epochs', 0):.1f} "
+        lines.append(f"head: the search decided on {proxy.get('backbone')} (d={proxy.get('d')}), {epochs or 0:.1f} "
                      f"epochs of {proxy.get('n_train', 0):,} images; this run is bigger on {', '.join(differs)}: "
                      "re-check the pick against the published head there (docs/search.md, \"Search small, train big\")"
                      + "".join(f"; the scale ladder measured {measured[a][1]}" for a in differs if a in measured))

@@ -94,6 +94,10 @@ class SearchConfig:
         progress: one progress bar over the whole study (trials, time, best score).
         confirm_seeds: fresh seeds at which the verdict re-trains the pick and the published head
             (:mod:`geohead.search.verdict`; 0: no verdict runs, the pick is reported unchecked).
+        confirm_epochs: the schedule of the verdict's runs in epochs of the training images (None:
+            ``max_steps``, the trials' schedule). Set it to the schedule you will train with: the
+            scale ladder measured a margin that turned with training length. At a schedule of
+            its own the verdict compares the fresh seeds alone, so it needs ``confirm_seeds`` >= 2.
     """
 
     objective: str = "barlow"
@@ -134,6 +138,7 @@ class SearchConfig:
     keep_checkpoints: bool = False
     progress: bool = True
     confirm_seeds: int = 1
+    confirm_epochs: int | None = None
 
     def __post_init__(self) -> None:
         if self.min_steps is None:
@@ -244,6 +249,13 @@ class SearchConfig:
             raise SearchError(f"--n-train {self.n_train} is smaller than --batch-size {self.batch_size}; raise it or lower the batch")
         if isinstance(self.confirm_seeds, bool) or not isinstance(self.confirm_seeds, int) or self.confirm_seeds < 0:
             raise SearchError(f"--confirm-seeds must be an integer >= 0, got {self.confirm_seeds!r}")
+        if self.confirm_epochs is not None:
+            if isinstance(self.confirm_epochs, bool) or not isinstance(self.confirm_epochs, int) or self.confirm_epochs < 1:
+                raise SearchError(f"--confirm-epochs must be a positive integer, got {self.confirm_epochs!r}")
+            if self.confirm_seeds < 2:
+                raise SearchError(f"--confirm-epochs {self.confirm_epochs} needs --confirm-seeds 2 or more (got "
+                                  f"{self.confirm_seeds}): the trials trained at the search's schedule, so the margin at "
+                                  "yours takes its noise from the fresh seeds alone")
         if self.timeout is not None and not self.timeout > 0:
             raise SearchError(f"--timeout must be > 0 seconds (or 0 for no limit), got {self.timeout!r}")
         if self.screen_batch < 2:
@@ -305,6 +317,13 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def schedule(steps: int, n_images: int, batch_size: int) -> dict[str, Any]:
+    """The ``optim`` keys of a run of ``steps`` steps: one cosine schedule over them, its epochs
+    over ``n_images`` images and a warm-up of a tenth of them."""
+    epochs = steps / max(1, n_images // batch_size)
+    return {"max_steps": steps, "epochs": epochs, "warmup_epochs": 0.1 * epochs}
+
+
 def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any], Any]:
     """The training config every trial starts from, as a dict and as a validated ``TrainConfig``:
     ``cfg.max_steps`` steps of ``cfg.batch_size`` on ``n_images`` images (one cosine schedule over
@@ -313,13 +332,12 @@ def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any],
     from geohead.training.config import ConfigError, apply_overrides, config_from_dict
 
     steps = int(cfg.max_steps)
-    epochs = steps / max(1, n_images // cfg.batch_size)
     base: dict[str, Any] = {
         "objective": cfg.objective, "seed": cfg.seed, "device": cfg.device,
         "data": {"name": cfg.data, "root": cfg.data_root, "n_train": cfg.n_train, "img_size": cfg.img_size,
                  "view_args": dict(SHAPES_VIEW_ARGS) if cfg.data == "shapes" else {}},
         "backbone": {"name": cfg.backbone} if cfg.backbone else {},
-        "optim": {"batch_size": cfg.batch_size, "max_steps": steps, "epochs": epochs, "warmup_epochs": 0.1 * epochs},
+        "optim": {"batch_size": cfg.batch_size, **schedule(steps, n_images, cfg.batch_size)},
         "track": {"log_every": max(1, steps // 10), "monitor_every": 0, "ckpt_every": steps, "progress": False},
         "probe": {"enabled": False},
     }
@@ -331,4 +349,4 @@ def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any],
 
 
 __all__ = ["BUILTIN_DATA", "SAMPLERS", "SCORES", "SHAPES_VIEW_ARGS", "SearchConfig", "SearchError", "auto_workers",
-           "base_train_config"]
+           "base_train_config", "schedule"]

@@ -61,15 +61,20 @@ def findings(objective: str, ladder: dict[str, Any] | None = None) -> dict[str, 
     return out
 
 
-def recheck(objective: str, ladder: dict[str, Any] | None = None) -> str:
+def recheck(objective: str, ladder: dict[str, Any] | None = None, verdict_epochs: float | None = None) -> str:
     """The advice printed with a search's verdict: the ladder's findings for ``objective``, the
-    axes where the margin did not hold named first, or what to do where nothing was measured."""
+    axes where the margin did not hold named first, or what to do where nothing was measured.
+    ``verdict_epochs``: the verdict trained the user's schedule, so budget is not left to re-check."""
     found = findings(objective, ladder)
+    checked = "" if verdict_epochs is None else f"the verdict trained {verdict_epochs:g} epochs, your budget"
     if not found:
-        return ("the scale ladder has not measured this objective: before training wider, longer or on more "
-                "data, compare the pick with the published head in a short run at your size")
-    worst = [axis for axis, (verdict, _) in found.items() if verdict != "holds"]
+        return (f"{checked}; " if checked else "") + ("the scale ladder has not measured this objective: before training "
+                                                       "wider, longer or on more data, compare the pick with the "
+                                                       "published head in a short run at your size")
+    worst = [axis for axis, (verdict, _) in found.items() if verdict != "holds" and not (checked and axis == "budget")]
     lead = f"re-check {' and '.join(worst)} first" if worst else "the margin held on every axis measured"
+    if checked:
+        lead += f" ({checked})"
     return f"{lead}; on the scale ladder (CIFAR-10, docs/search.md): " + "; ".join(p for _, p in found.values())
 
 

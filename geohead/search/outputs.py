@@ -216,8 +216,9 @@ def _proxy_line(proxy: dict[str, Any] | None) -> str:
 
     if not proxy:
         return ""
-    return (f"\ndecided on: {proxy['backbone']} (d={proxy['d']}), {proxy['steps']} steps ({proxy['epochs']:.1f} epochs) "
-            f"of {proxy['n_train']:,} images; {recheck(proxy.get('objective', ''))}")
+    verdict = f", the verdict's runs {proxy['verdict_epochs']:g} epochs" if proxy.get("verdict_epochs") else ""
+    return (f"\ndecided on: {proxy['backbone']} (d={proxy['d']}), {proxy['steps']} steps ({proxy['epochs']:.1f} epochs)"
+            f"{verdict} of {proxy['n_train']:,} images; {recheck(proxy.get('objective', ''), None, proxy.get('verdict_epochs'))}")
 
 
 __all__ = ["best_trial", "format_table", "write_outputs"]

@@ -77,12 +77,16 @@ def check_data(cfg: SearchConfig) -> None:
 
 def proxy_record(cfg: SearchConfig, inputs: Any) -> dict[str, Any]:
     """What the search measured its heads on (best_head.json's ``found_on``): backbone, d, the
-    steps and epochs of a completed trial, training images, batch, data and objective."""
+    steps and epochs of a completed trial, training images, batch, data and objective; and the
+    epochs of the verdict's runs when they had a schedule of their own (``verdict_epochs``)."""
     from geohead.backbones import DEFAULT_BACKBONE
 
-    return {"backbone": inputs.base.get("backbone", {}).get("name") or DEFAULT_BACKBONE, "d": inputs.in_dim,
-            "steps": int(cfg.max_steps), "epochs": float(inputs.base["optim"]["epochs"]), "n_train": len(inputs.data),
-            "batch_size": cfg.batch_size, "data": str(cfg.data)[-200:], "objective": cfg.objective}
+    rec = {"backbone": inputs.base.get("backbone", {}).get("name") or DEFAULT_BACKBONE, "d": inputs.in_dim,
+           "steps": int(cfg.max_steps), "epochs": float(inputs.base["optim"]["epochs"]), "n_train": len(inputs.data),
+           "batch_size": cfg.batch_size, "data": str(cfg.data)[-200:], "objective": cfg.objective}
+    if cfg.confirm_epochs is not None and cfg.confirm_seeds > 0:
+        rec["verdict_epochs"] = float(cfg.confirm_epochs)
+    return rec
 
 
 def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> SearchResult:
@@ -141,13 +145,18 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
 
 def _verdict(cfg: SearchConfig, study: Any, inputs: Any, say: Callable[[str], None]) -> Any:
     """The pick against the published head at ``cfg.confirm_seeds`` fresh seeds
-    (:mod:`geohead.search.verdict`), trained here on the prepared ``inputs``."""
+    (:mod:`geohead.search.verdict`), trained here on the prepared ``inputs`` (for
+    ``cfg.confirm_epochs`` epochs of its images when set)."""
     from geohead.search.outputs import best_trial
     from geohead.search.verdict import run_verdict
 
     runner = TrialRunner(cfg, inputs, say)
+    steps, words = None, ""
+    if cfg.confirm_epochs is not None:
+        steps = cfg.confirm_epochs * max(1, len(inputs.data) // cfg.batch_size)
+        words = f"{cfg.confirm_epochs} epochs of {len(inputs.data):,} images"
     return run_verdict(best_trial(study), reference_trial(study), cfg.confirm_seeds, cfg.seed, cfg.out_dir / "confirm",
-                       runner.measure_head, say)
+                       runner.measure_head, say, steps, words)
 
 
 def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:

@@ -241,34 +241,40 @@ class TrialRunner:
 
         return on_epoch
 
-    def measure_head(self, spec: HeadSpec, seed: int, out: Path) -> dict[str, float]:
-        """Train ``spec`` for ``max_steps`` (no rungs) with every seeded choice (backbone init,
-        batches, views) drawn from ``seed`` in ``out``, and return its trained criteria with the
-        score, the score's components (``score_*``) and the objective ``value`` a trial would
-        return (the score, or kNN accuracy with ``score="knn"``; the score with ``multi``)."""
+    def measure_head(self, spec: HeadSpec, seed: int, out: Path, steps: int | None = None) -> dict[str, float]:
+        """Train ``spec`` for ``max_steps`` (no rungs; or ``steps``, a schedule of its own) with every
+        seeded choice (backbone init, batches, views) drawn from ``seed`` in ``out``, and return its
+        trained criteria with the score, the score's components (``score_*``) and the objective
+        ``value`` a trial would return (the score, or kNN accuracy with ``score="knn"``; the score
+        with ``multi``). A run of its own schedule checkpoints ten times and resumes from ``out``."""
         from geohead.training.loop import TrainingDiverged, train
 
+        cfg = self._train_config(out, spec, seed, steps)
         try:
             with _quiet_whitening():
-                result = train(self._train_config(out, spec, seed), overwrite=True)
+                result = train(cfg, overwrite=steps is None or not _same_run(out, cfg))
         except TrainingDiverged as exc:
             raise TrialDiverged(f"diverged: {exc}") from None
         finally:
-            if not self.cfg.keep_checkpoints:
+            if not self.cfg.keep_checkpoints and (steps is None or (out / "summary.json").is_file()):
                 (out / LAST).unlink(missing_ok=True)
         crit, comps = self._criteria(result.model, result.teacher, result.objective)
         value = crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
         return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "value": value, "steps_trained": result.steps}
 
-    def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None) -> Any:
+    def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None, steps: int | None = None) -> Any:
         """A trial's ``TrainConfig``: the shared base with this head, in ``out`` (and ``seed``
-        instead of the common one when given)."""
+        instead of the common one, ``steps`` instead of ``max_steps``, when given)."""
+        from geohead.search.config import schedule
         from geohead.training.config import config_from_dict
 
         d = copy.deepcopy(self.inputs.base)
         d["out"] = str(out)
         if seed is not None:
             d["seed"] = seed
+        if steps is not None:
+            d["optim"].update(schedule(steps, len(self.inputs.data), self.cfg.batch_size))
+            d["track"].update(log_every=max(1, steps // 10), ckpt_every=max(1, steps // 10))
         d.setdefault("head", {})["spec"] = {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}
         return config_from_dict(d)
 
@@ -331,4 +337,13 @@ def _quiet_whitening() -> Iterator[None]:
         yield
 
 
+def _same_run(out: Path, cfg: Any) -> bool:
+    """Whether ``out`` holds a checkpointed run of ``cfg`` to resume (its config.json equals it)."""
+    import json
+
+    saved = out / "config.json"
+    return (out / LAST).is_file() and saved.is_file() and json.loads(saved.read_text()) == json.loads(cfg.to_json())
+
+
 __all__ = ["TrialError", "TrialRunner", "trial_line"]
+

@@ -23,6 +23,13 @@ head is recommended, with the reason. When the pick *is* the published head, not
 re-trained. Confirmation runs are kept in ``OUT/confirm/<label>_s<seed>/result.json``, so a rerun
 of the search reuses them, and a rerun with a larger ``confirm_seeds`` trains only the new seeds.
 
+At the user's schedule (``confirm_epochs``; ``OUT/confirm/<label>_s<seed>_<steps>steps``) the
+runs train a schedule of their own, so the study seed's values, measured at the trials' schedule,
+are not paired with them: m and σ_d come from the fresh seeds alone (two or more). The scale ladder
+(docs/search.md) is why: Barlow Twins' pick beat the published head by +1.8 linear points at 20
+epochs and fell 0.8 below it at 300 (seed 0), so a verdict at the trials' schedule cannot speak
+for a long one.
+
 Measured on six CIFAR-10 searches with 20-epoch truths (benchmarks/verdict_seeds.py; docs/results.md,
 "The verdict's noise, measured"): the seed moves both heads together (DINO: the published head's
 score moved by 0.019 between seeds 0 and 1, the difference by 0.0005), so the first model's noise
@@ -109,6 +116,7 @@ class Verdict:
         values: label -> {seed: value}; knn: label -> {seed: backbone kNN} (None without labels).
         basis: :attr:`Decision.basis`; None when nothing was compared.
         score_margin, knn_margin: the two measures' :class:`Margin` (None when unmeasured).
+        steps: the confirmation runs' schedule when it is their own (``confirm_epochs``), else None.
     """
 
     recommended: str
@@ -120,6 +128,7 @@ class Verdict:
     basis: str | None = None
     score_margin: Margin | None = None
     knn_margin: Margin | None = None
+    steps: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -129,10 +138,12 @@ class Verdict:
 
 
 def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: Path,
-                measure: Callable[[HeadSpec, int, Path], dict[str, float]],
-                echo: Callable[[str], None]) -> Verdict:
+                measure: Callable[..., dict[str, float]], echo: Callable[[str], None],
+                steps: int | None = None, schedule: str = "") -> Verdict:
     """The verdict on the pick (a FrozenTrial) against the reference trial (or None), with
-    ``measure(spec, seed, folder)`` (:meth:`TrialRunner.measure_head`) for the fresh seeds."""
+    ``measure(spec, seed, folder)`` (:meth:`TrialRunner.measure_head`) for the fresh seeds; with
+    ``steps``, the runs train that schedule (``measure(..., steps=steps)``; ``schedule`` says it in
+    words, e.g. "300 epochs") and are compared at the fresh seeds alone."""
     if pick is None:
         return Verdict("pick_unchecked", "no trial completed the full budget: there is no pick", None, None)
     number = pick.number
@@ -141,25 +152,30 @@ def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: P
                        "the pick is unchecked", number, None)
     if reference.number == number:
         return Verdict("published", "the published head is the best head the search measured", number, number)
-    values = {"pick": {study_seed: _value(pick)}, "published": {study_seed: _value(reference)}}
-    knn = {"pick": {study_seed: pick.user_attrs.get("knn_backbone")},
-           "published": {study_seed: reference.user_attrs.get("knn_backbone")}}
+    values: dict[str, dict[int, float]] = {"pick": {}, "published": {}}
+    knn: dict[str, dict[int, float | None]] = {"pick": {}, "published": {}}
+    if steps is None:
+        values = {"pick": {study_seed: _value(pick)}, "published": {study_seed: _value(reference)}}
+        knn = {"pick": {study_seed: pick.user_attrs.get("knn_backbone")},
+               "published": {study_seed: reference.user_attrs.get("knn_backbone")}}
     if n_seeds < 1:
         return Verdict("pick_unchecked", "--confirm-seeds 0: the pick was not re-trained at a fresh seed, so its margin "
                        "over the published head is unchecked", number, reference.number, values, knn)
+    suffix = "" if steps is None else f"_{steps}steps"
     for label, trial in (("pick", pick), ("published", reference)):
         spec = HeadSpec.from_dict(trial.user_attrs["head"])
         for seed in range(study_seed + 1, study_seed + 1 + n_seeds):
-            rec = _confirmed(spec, seed, out / f"{label}_s{seed}", measure, echo, label)
+            rec = _confirmed(spec, seed, out / f"{label}_s{seed}{suffix}", measure, echo, label, steps)
             values[label][seed], knn[label][seed] = rec["value"], rec.get("knn_backbone")
     d = decide(values, study_seed, knn)
-    return Verdict("pick" if d.pick else "published", _reason(d, n_seeds), number, reference.number, values, knn,
-                   d.basis, d.score, d.knn)
+    return Verdict("pick" if d.pick else "published", _reason(d, n_seeds, schedule), number, reference.number, values,
+                   knn, d.basis, d.score, d.knn, steps)
 
 
-def _reason(d: Decision, n_fresh: int) -> str:
-    """The sentence a user reads: the margins against their noise, and what decided."""
-    seeds = f"{n_fresh} fresh seed{'s' if n_fresh > 1 else ''}"
+def _reason(d: Decision, n_fresh: int, schedule: str = "") -> str:
+    """The sentence a user reads: the margins against their noise, and what decided (``schedule``:
+    the runs' own schedule in words, when they had one)."""
+    seeds = f"{n_fresh} fresh seed{'s' if n_fresh > 1 else ''}" + (f" ({schedule} each)" if schedule else "")
     score = f"score {d.score.margin:+.4f} (noise {NOISE_UNITS:g} x {d.score.noise:.4f})"
     knn = "" if d.knn is None else (f"backbone kNN {100 * d.knn.margin:+.2f} points "
                                     f"(noise {NOISE_UNITS:g} x {100 * d.knn.noise:.2f})")
@@ -182,9 +198,10 @@ def _value(trial: Any) -> float:
     return float(trial.values[0]) if len(trial.values) == 1 else float(trial.user_attrs["score"])
 
 
-def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[[HeadSpec, int, Path], dict[str, float]],
-               echo: Callable[[str], None], label: str) -> dict[str, float]:
-    """``measure(spec, seed, folder)``, or the stored result of an earlier run of the same head."""
+def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., dict[str, float]],
+               echo: Callable[[str], None], label: str, steps: int | None = None) -> dict[str, float]:
+    """``measure(spec, seed, folder)`` (with ``steps=steps`` when given), or the stored result of an
+    earlier run of the same head."""
     from geohead.io import atomic_write_text
 
     path = folder / "result.json"
@@ -192,8 +209,10 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[[HeadS
         stored = json.loads(path.read_text())
         if stored.get("head") == spec.to_dict():
             return stored
-    echo(f"verdict: training the {label} head at seed {seed}: {spec.describe()}")
-    rec = {**measure(spec, seed, folder), "head": spec.to_dict(), "seed": seed}
+    echo(f"verdict: training the {label} head at seed {seed}" + (f" for {steps:,} steps" if steps else "")
+         + f": {spec.describe()}")
+    measured = measure(spec, seed, folder) if steps is None else measure(spec, seed, folder, steps=steps)
+    rec = {**measured, "head": spec.to_dict(), "seed": seed}
     atomic_write_text(path, json.dumps(rec, indent=2) + "\n")
     return rec
 
