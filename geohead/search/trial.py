@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 
 
 from geohead.heads import HeadSpec, WhiteningRankWarning
-from geohead.search.config import SearchConfig
+from geohead.search.config import SearchConfig, schedule
 from geohead.search.criteria import TrialDiverged, screen, trained_criteria
 from geohead.search.escape import screen_verdict
 from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES, SCORE_CRITERIA, geometric_score, score_components
@@ -265,7 +265,6 @@ class TrialRunner:
     def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None, steps: int | None = None) -> Any:
         """A trial's ``TrainConfig``: the shared base with this head, in ``out`` (and ``seed``
         instead of the common one, ``steps`` instead of ``max_steps``, when given)."""
-        from geohead.search.config import schedule
         from geohead.training.config import config_from_dict
 
         d = copy.deepcopy(self.inputs.base)
