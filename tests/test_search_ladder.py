@@ -58,7 +58,8 @@ def test_a_verdict_at_the_users_budget_takes_budget_off_the_axes_to_recheck():
     turned = {"objectives": {"barlow": {"proxy": {"margin": 1.5, "seeds": [0]},
                                         "axes": {"data": {"at": "40,000 images", "margin": -0.4, "seeds": [0]},
                                                  "budget": {"at": "300 epochs", "margin": -0.8, "seeds": [0]}}}}}
-    assert recheck("barlow", turned).startswith("re-check data and budget first; on the scale ladder")
+    assert recheck("barlow", turned).startswith("re-check data and budget first (--confirm-epochs trains the verdict "
+                                                "at your budget); on the scale ladder")
     advice = recheck("barlow", turned, verdict_epochs=300.0)
     assert advice.startswith("re-check data first (the verdict trained 300 epochs, your budget); on the scale ladder")
     assert "budget (300 epochs): -0.8 points, proxy +1.5: turns" in advice       # what was measured is still said

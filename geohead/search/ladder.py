@@ -75,6 +75,8 @@ def recheck(objective: str, ladder: dict[str, Any] | None = None, verdict_epochs
     lead = f"re-check {' and '.join(worst)} first" if worst else "the margin held on every axis measured"
     if checked:
         lead += f" ({checked})"
+    elif "budget" in worst:
+        lead += " (--confirm-epochs trains the verdict at your budget)"
     return f"{lead}; on the scale ladder (CIFAR-10, docs/search.md): " + "; ".join(p for _, p in found.values())
 
 
