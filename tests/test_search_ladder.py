@@ -63,4 +63,7 @@ def test_a_verdict_at_the_users_budget_takes_budget_off_the_axes_to_recheck():
     advice = recheck("barlow", turned, verdict_epochs=300.0)
     assert advice.startswith("re-check data first (the verdict trained 300 epochs, your budget); on the scale ladder")
     assert "budget (300 epochs): -0.8 points, proxy +1.5: turns" in advice       # what was measured is still said
+    level = {"objectives": {"barlow": {"proxy": {"margin": 1.48, "seeds": [0, 1]},
+                                       "axes": {"budget": {"at": "300 epochs", "margin": -0.02, "seeds": [0, 1]}}}}}
+    assert findings("barlow", level)["budget"] == ("turns", "budget (300 epochs): -0.02 points, proxy +1.5: turns (seeds 0, 1)")
     assert recheck("dino", turned, verdict_epochs=50.0).startswith("the verdict trained 50 epochs, your budget; the scale")

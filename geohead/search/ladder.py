@@ -50,15 +50,20 @@ def findings(objective: str, ladder: dict[str, Any] | None = None) -> dict[str, 
         if a is None:
             continue
         linear = axis_finding(proxy["margin"], a["margin"])
-        phrase = f"{axis} ({a['at']}): {a['margin']:+.1f} points, proxy {proxy['margin']:+.1f}: {linear}"
+        phrase = f"{axis} ({a['at']}): {_points(a['margin'])} points, proxy {proxy['margin']:+.1f}: {linear}"
         verdict = linear
         if a.get("knn_margin") is not None and proxy.get("knn_margin") is not None:
             knn = axis_finding(proxy["knn_margin"], a["knn_margin"])
-            phrase += f"; kNN {a['knn_margin']:+.1f}, proxy {proxy['knn_margin']:+.1f}: {knn}"
+            phrase += f"; kNN {_points(a['knn_margin'])}, proxy {proxy['knn_margin']:+.1f}: {knn}"
             verdict = max(linear, knn, key=FINDINGS.index)
         seeds = ", ".join(str(s) for s in a["seeds"])
         out[axis] = (verdict, f"{phrase} (seed{'s' if len(a['seeds']) > 1 else ''} {seeds})")
     return out
+
+
+def _points(margin: float) -> str:
+    """A margin in points, one decimal; two near zero, where one would print -0.0 or +0.0."""
+    return f"{margin:+.2f}" if abs(margin) < 0.05 else f"{margin:+.1f}"
 
 
 def recheck(objective: str, ladder: dict[str, Any] | None = None, verdict_epochs: float | None = None) -> str:
