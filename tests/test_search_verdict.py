@@ -151,8 +151,8 @@ def test_a_verdict_at_its_own_schedule_pairs_the_fresh_seeds_alone(tmp_path) -> 
     """The trials' seed 0 was measured at the search's schedule (pick 0.80, published 0.70, a
     +0.10 difference); runs at another schedule compare only among themselves."""
     v, calls = _verdict(tmp_path, {"pick": 0.70, "published": 0.70}, n_seeds=2, steps=40, shift={1: 0.02, 2: 0.04})
-    assert calls == [(1, 1, "pick_s1_40steps", 40), (1, 2, "pick_s2_40steps", 40),
-                     (2, 1, "published_s1_40steps", 40), (2, 2, "published_s2_40steps", 40)]
+    assert calls == [(1, 1, "pick_s1_40steps", 40), (2, 1, "published_s1_40steps", 40),    # seed by seed
+                     (1, 2, "pick_s2_40steps", 40), (2, 2, "published_s2_40steps", 40)]
     assert v.values["pick"].keys() == {1, 2} and v.steps == 40          # no study-seed value
     assert v.score_margin.margin == pytest.approx(0.03)                  # mean of 0.02 and 0.04
     assert v.score_margin.spread == pytest.approx(math.sqrt(2) * 0.01)   # sample sd of {0.02, 0.04}

@@ -162,9 +162,9 @@ def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: P
         return Verdict("pick_unchecked", "--confirm-seeds 0: the pick was not re-trained at a fresh seed, so its margin "
                        "over the published head is unchecked", number, reference.number, values, knn)
     suffix = "" if steps is None else f"_{steps}steps"
-    for label, trial in (("pick", pick), ("published", reference)):
-        spec = HeadSpec.from_dict(trial.user_attrs["head"])
-        for seed in range(study_seed + 1, study_seed + 1 + n_seeds):
+    specs = {"pick": HeadSpec.from_dict(pick.user_attrs["head"]), "published": HeadSpec.from_dict(reference.user_attrs["head"])}
+    for seed in range(study_seed + 1, study_seed + 1 + n_seeds):  # seed by seed: a stopped verdict leaves whole pairs
+        for label, spec in specs.items():
             rec = _confirmed(spec, seed, out / f"{label}_s{seed}{suffix}", measure, echo, label, steps)
             values[label][seed], knn[label][seed] = rec["value"], rec.get("knn_backbone")
     d = decide(values, study_seed, knn)
