@@ -246,7 +246,8 @@ class TrialRunner:
         seeded choice (backbone init, batches, views) drawn from ``seed`` in ``out``, and return its
         trained criteria with the score, the score's components (``score_*``) and the objective
         ``value`` a trial would return (the score, or kNN accuracy with ``score="knn"``; the score
-        with ``multi``). A run of its own schedule checkpoints ten times and resumes from ``out``."""
+        with ``multi``). A run of its own schedule checkpoints ten times, resumes from ``out`` and shows
+        its progress (with ``progress``): it may be the user's full schedule."""
         from geohead.training.loop import TrainingDiverged, train
 
         cfg = self._train_config(out, spec, seed, steps)
@@ -273,7 +274,7 @@ class TrialRunner:
             d["seed"] = seed
         if steps is not None:
             d["optim"].update(schedule(steps, len(self.inputs.data), self.cfg.batch_size))
-            d["track"].update(log_every=max(1, steps // 10), ckpt_every=max(1, steps // 10))
+            d["track"].update(log_every=max(1, steps // 10), ckpt_every=max(1, steps // 10), progress=self.cfg.progress)
         d.setdefault("head", {})["spec"] = {k: v for k, v in dataclasses.asdict(spec).items() if k != "in_dim"}
         return config_from_dict(d)
 
