@@ -8,8 +8,9 @@ fresh Barlow Twins search of benchmarks/search_transfer.py, ``runs/search_transf
 theory score, seed 2, 9 heads, CIFAR-10 10k, resnet18_w16) to ``--out``, resumes it with its own
 settings (no new trial) and trains its verdict at ``--confirm-epochs`` (default 300) at
 ``--confirm-seeds`` (default 2) fresh seeds. Beside it: that search's verdict at the trials'
-schedule (its stored search.json) and the ladder's runs at the same budget
-(search_scale_cpu.json). The runs checkpoint and resume in ``--out/confirm``; a rerun trains
+schedule (its stored search.json) and the ladder's runs at the same budget, backbone and data
+(search_scale_cpu.json; e.g. ``--search runs/search_scale/search_40k/barlow/search
+--confirm-epochs 20`` sets the 40k search's verdict beside the data axis). The runs checkpoint and resume in ``--out/confirm``; a rerun trains
 nothing it has. Results: ``--results`` (verdict_schedule_cpu.json), written when the verdict is in.
 
 Run: ``python benchmarks/verdict_schedule.py`` (measured: docs/search.md, "A verdict at your schedule")
@@ -39,13 +40,14 @@ def resumed_config(stored: dict[str, Any], out: Path, args: argparse.Namespace) 
                         confirm_seeds=args.confirm_seeds, confirm_epochs=args.confirm_epochs)
 
 
-def ladder_runs(path: Path, objective: str, epochs: int) -> list[dict[str, Any]]:
-    """The scale ladder's pick-minus-published margins at ``epochs`` (resnet18_w16, 10k images),
-    per seed, in points: linear and kNN."""
+def ladder_runs(path: Path, objective: str, epochs: int, backbone: str = "resnet18_w16",
+                n_train: int = 10_000) -> list[dict[str, Any]]:
+    """The scale ladder's pick-minus-published margins at ``epochs`` on ``backbone`` and
+    ``n_train`` images (the search's own), per seed, in points: linear and kNN."""
     if not path.is_file():
         return []
     runs = [r for r in json.loads(path.read_text())["runs"] if r["objective"] == objective and r["epochs"] == epochs
-            and r["backbone"] == "resnet18_w16" and r["n_train"] == 10_000 and "same_run_as" not in r]
+            and r["backbone"] == backbone and r["n_train"] == n_train and "same_run_as" not in r]
     by = {(r["label"], r["seed"]): r for r in runs}
     return [{"seed": s, "linear": 100 * (by["found", s]["linear_backbone"] - by["published", s]["linear_backbone"]),
              "knn": 100 * (by["found", s]["knn_backbone"] - by["published", s]["knn_backbone"])}
@@ -61,6 +63,19 @@ def verdict_row(name: str, v: dict[str, Any]) -> str:
     return f"| {name} | {', '.join(map(str, seeds))} | {m('knn_margin', 100)} | {m('score_margin', 1)} | {v['recommended']} |"
 
 
+def joined_40k(data: str) -> None:
+    """Write the search_scale 40k join again when a search made on it is resumed and the temp
+    folder lost it (the join is deterministic: the same four shared files in the same order)."""
+    if Path(data).is_file() or not Path(data).name.startswith("geohead_search_scale_cifar10_train_40k"):
+        return
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import search_scale  # noqa: E402
+
+    search_scale.joined_train(Path(search_scale.st.SHARED), "40k")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--search", default=str(ROOT / "runs" / "search_transfer34" / "barlow" / "search"))
@@ -74,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
 
     search, out = Path(args.search), Path(args.out)
     stored = json.loads((search / "search.json").read_text())
+    joined_40k(stored["settings"]["data"])
     if not (out / "study.db").is_file():
         shutil.copytree(search, out, dirs_exist_ok=True)
     t0 = time.perf_counter()
     run_search(resumed_config(stored, out, args), echo=lambda s: print(s, flush=True))
     long = json.loads((out / "search.json").read_text())["verdict"]
-    ladder = ladder_runs(Path(args.ladder), stored["objective"], args.confirm_epochs)
+    proxy = stored["proxy"]
+    ladder = ladder_runs(Path(args.ladder), stored["objective"], args.confirm_epochs, proxy["backbone"], proxy["n_train"])
     rec = {"search": str(search), "settings": stored["settings"], "confirm_epochs": args.confirm_epochs,
            "confirm_seeds": args.confirm_seeds, "verdict_short": stored["verdict"], "verdict_long": long,
            "ladder": ladder, "wall_s": time.perf_counter() - t0}
