@@ -52,7 +52,7 @@ def _workers(value: str) -> int | str:
 @click.option("--steps", type=int, default=None, help="A fixed budget: --min-steps = --max-steps = STEPS (no successive halving).")
 @click.option("--batch-size", type=int, default=256, show_default=True)
 @click.option("--trials", type=int, default=100, show_default=True, help="Distinct heads the study should measure (a rerun resumes up to this; a repeat of a measured head does not count); on CPU the --timeout usually ends the search first.")
-@click.option("--timeout", default="390", show_default=True, help="A hard limit (seconds, or 8m / 1.5h; 0 = no limit): no trial starts after it, and the trial in flight stops at its next epoch end, recorded as pruned; the verdict's two confirmation runs follow.")
+@click.option("--timeout", default="390", show_default=True, help="A hard limit (seconds, or 8m / 1.5h; 0 = no limit): no trial starts after it, and the trial in flight stops at its next epoch end, recorded as pruned; the verdict's confirmation runs (two per --confirm-seeds) follow.")
 @click.option("--workers", default="1", show_default=True, help="Local worker processes sharing the storage, each with its share of the CPU cores (or its own GPU); auto: one per GPU, or on CPU min(4, cores).")
 @click.option("--storage", default=None, help="Optuna storage: sqlite:///file.db (default: OUT/study.db), postgresql://user@host/db, or a journal file (journal:PATH or *.log).")
 @click.option("--study", "study", default=None, help="Study name (default: objective-data-backbone); an existing study is resumed.")
