@@ -2,16 +2,17 @@
 turns with training length?
 
 On the scale ladder (benchmarks/search_scale.py) Barlow Twins' pick beat the published head by
-+1.8 linear points at 20 epochs and fell 0.8 below it at 300 (seed 0); the search's verdict, at
-the trials' 300 steps, recommended the pick. This benchmark copies a stored search (default: the
-fresh Barlow Twins search of benchmarks/search_transfer.py, ``runs/search_transfer34/barlow/search``:
-theory score, seed 2, 9 heads, CIFAR-10 10k, resnet18_w16) to ``--out``, resumes it with its own
-settings (no new trial) and trains its verdict at ``--confirm-epochs`` (default 300) at
-``--confirm-seeds`` (default 2) fresh seeds. Beside it: that search's verdict at the trials'
-schedule (its stored search.json) and the ladder's runs at the same budget, backbone and data
-(search_scale_cpu.json; e.g. ``--search runs/search_scale/search_40k/barlow/search
---confirm-epochs 20`` sets the 40k search's verdict beside the data axis). The runs checkpoint and resume in ``--out/confirm``; a rerun trains
-nothing it has. Results: ``--results`` (verdict_schedule_cpu.json), written when the verdict is in.
++1.8 linear points at 20 epochs and fell 0.8 below it at 300 (seed 0; level over seeds 0 and 1);
+the search's verdict, at the trials' 300 steps, recommended the pick. This benchmark copies a
+stored search (default: the fresh Barlow Twins search of benchmarks/search_transfer.py,
+``runs/search_transfer34/barlow/search``: theory score, seed 2, 9 heads, CIFAR-10 10k,
+resnet18_w16) to ``--out``, resumes it with its own settings (no new trial) and trains its verdict
+at ``--confirm-epochs`` (default 300) at ``--confirm-seeds`` (default 2) fresh seeds. Beside it:
+that search's verdict at the trials' schedule (its stored search.json) and the ladder's runs at
+the same budget, backbone and data (search_scale_cpu.json; e.g. ``--search
+runs/search_scale/search_40k/barlow/search --confirm-epochs 20`` sets the 40k search's verdict
+beside the data axis). The runs checkpoint and resume in ``--out/confirm``; a rerun trains nothing
+it has. Results: ``--results`` (verdict_schedule_cpu.json), written when the verdict is in.
 
 Run: ``python benchmarks/verdict_schedule.py`` (measured: docs/search.md, "A verdict at your schedule")
 """

@@ -346,4 +346,3 @@ def _same_run(out: Path, cfg: Any) -> bool:
 
 
 __all__ = ["TrialError", "TrialRunner", "trial_line"]
-
