@@ -180,6 +180,25 @@ def test_different_run_in_folder_is_refused(tmp_path) -> None:
     assert json.loads((tmp_path / "run" / "config.json").read_text())["optim"]["lr"] == 0.01
 
 
+def test_a_finished_run_is_probed_on_other_test_data_without_training(tmp_path) -> None:
+    """The test data is read by the probes alone: a rerun that changes only data.test / data.n_test
+    resumes the finished run (metrics.jsonl unchanged: no step trained) and probes it; a change
+    to the training data is still refused."""
+    from geohead.training.loop import train
+
+    recipe, run = ROOT / "geohead" / "recipes" / "vicreg_shapes_cpu.toml", tmp_path / "run"
+    train(small_cfg(recipe, run, ["optim.max_steps=2", "probe.enabled=false"]))
+    before = (run / "metrics.jsonl").read_text()
+    assert not (run / "probes.json").exists()
+    probe = ["optim.max_steps=2", "probe.n_train=64", "probe.n_test=32", "probe.linear=false", "probe.factors=false"]
+    train(small_cfg(recipe, run, probe + ["data.n_test=32"]))
+    assert (run / "metrics.jsonl").read_text() == before
+    probes = json.loads((run / "probes.json").read_text())
+    assert probes["split"]["n_test"] == 32 and 0.0 <= probes["targets"]["class"]["backbone"]["knn"] <= 1.0
+    with pytest.raises(ValueError, match="holds a different run"):
+        train(small_cfg(recipe, run, probe + ["data.n_train=100"]))
+
+
 def test_tensorboard_events_hold_the_logged_scalars(tmp_path) -> None:
     """track.tensorboard=true: event files in the run folder whose scalars are metrics.jsonl's
     numbers, loss lines under train/, monitor records under geometry/ (GeometryMonitor's tags)."""

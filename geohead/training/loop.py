@@ -432,11 +432,14 @@ def _call(callback: Callable[[EpochEnd], None], info: EpochEnd, model: nn.Module
 
 
 def _run_identity(cfg: dict) -> dict:
-    """The parts of a config that must match for a resume (not max_steps, tracking, probes, device)."""
+    """The parts of a config that must match for a resume (not max_steps, tracking, probes and their
+    test data, device): a finished run reruns with another test set to probe it, training nothing."""
     d = json.loads(json.dumps(cfg))  # as stored in a checkpoint (tuples become lists)
     for key in ("track", "probe", "device", "compile", "out"):
         d.pop(key, None)
     d.get("optim", {}).pop("max_steps", None)
+    for key in ("test", "n_test"):  # read by the probes alone
+        d.get("data", {}).pop(key, None)
     return d
 
 
