@@ -45,7 +45,6 @@ import argparse
 import dataclasses
 import gc
 import json
-import math
 import os
 import platform
 import re
@@ -63,6 +62,7 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without `pip install -
     sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
+from device_report import table  # noqa: E402
 
 PARTS = ("tests", "throughput", "hvp", "search")
 #: mode -> (TrainConfig.precision, TrainConfig.compile)
@@ -402,66 +402,6 @@ def _search_command(cfg) -> str:
         parts.append(f"--backbone {cfg.backbone}")
     parts += [f"--device {cfg.device}", f"--trials {cfg.trials}", f"--timeout {int(cfg.timeout or 0)}", f"--out {cfg.out}"]
     return " ".join(parts)
-
-
-# ---------------------------------------------------------------------- report
-def _fmt(x: Any, spec: str = ".3g") -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def table(report: dict[str, Any]) -> str:
-    env = report["environment"]
-    lines = [f"device_check: {env['device']} ({env.get('device_name')}){' --tiny' if env['tiny'] else ''}, "
-             f"torch {env['torch']}, {env['threads']} threads, {report['wall_s']:.0f} s",
-             f"{'part':12s} {'status':7s} {'seconds':>8s}  result"]
-    for name, rec in report["parts"].items():
-        r = rec["result"]
-        if name == "tests":
-            what = (f"{r.get('passed', 0)} passed, {r.get('failed', 0)} failed, {r.get('error', 0)} errors, "
-                    f"{r.get('skipped', 0)} skipped") if r else ""
-        elif name == "throughput":
-            what = f"{r.get('backbone')} batch {r.get('batch_size')}, {r.get('timed_steps')} timed steps" if r else ""
-        elif name == "hvp":
-            what = f"B={r.get('batch')} d={r.get('d')}, {r.get('head')}" if r else ""
-        else:
-            t = r.get("trials", {})
-            sp = r.get("spearman") or {}
-            what = (f"{t.get('complete', 0)} complete, {t.get('pruned', 0)} pruned, {t.get('failed', 0)} failed in "
-                    f"{_fmt(r.get('wall_s'), '.0f')} s; spearman {_fmt(sp.get('rho'), '.3f')} (n={sp.get('n')})") if r else ""
-        lines.append(f"{name:12s} {rec['status']:7s} {rec['seconds']:8.1f}  {what}")
-        if rec["error"]:
-            lines.append(f"{'':30s}error: {rec['error'][:300]}")
-        if name == "tests":
-            for t in r.get("tests", []):
-                lines.append(f"{'':30s}{t['outcome']:8s} {t['name']}")
-        if name == "throughput" and r.get("modes"):
-            lines.append(f"{'':30s}{'mode':13s} {'img/s':>9s} {'x fp32':>7s} {'step ms':>8s} {'views ms':>9s} "
-                         f"{'peak MB':>8s} {'1st s':>7s} {'loss0':>9s} {'rel fp32':>9s}")
-            for m in r.get("modes", []):
-                if not m["ok"]:
-                    lines.append(f"{'':30s}{m['mode']:13s} failed: {m['error'][:200]}")
-                    continue
-                lines.append(f"{'':30s}{m['mode']:13s} {m['img_per_s']:9.1f} {_fmt(m.get('speedup_vs_fp32'), '7.2f')} "
-                             f"{m['step_ms']:8.1f} {m['views_ms']:9.2f} {_fmt(m['peak_mem_mb'], '8.0f')} "
-                             f"{m['first_step_s']:7.2f} {m['loss0']:9.4g} {_fmt(m.get('loss0_rel_vs_fp32'), '9.1e')}")
-        if name == "hvp" and r.get("dtypes"):
-            lines.append(f"{'':30s}{'dtype':8s} {'1st HVP s':>10s} {'HVP s':>8s} {'Lanczos':>8s} {'s':>7s} "
-                         f"{'lambda_min':>11s} {'lambda_max':>11s} {'sym err':>8s} {'FD err':>8s} {'vs CPU':>8s}")
-            for dt, d in r.get("dtypes", {}).items():
-                lines.append(f"{'':30s}{dt:8s} {d['first_hvp_s']:10.4f} {d['hvp_s']:8.4f} {d['lanczos_steps']:8d} "
-                             f"{d['lanczos_s']:7.3f} {d['lambda_min']:11.4g} {d['lambda_max']:11.4g} "
-                             f"{_fmt(d['symmetry_rel_err'], '8.1e')} {_fmt(d.get('finite_difference_rel_err'), '8.1e')} "
-                             f"{_fmt(d.get('cpu_float64_rel_err'), '8.1e')}")
-        if name == "search" and r:
-            b = r.get("best") or {}
-            lines.append(f"{'':30s}{r.get('data')} ({r.get('backbone')}); best #{b.get('number')} score "
-                         f"{_fmt(b.get('score'), '.3f')} kNN {_fmt(b.get('knn_backbone'), '.3f')}: {b.get('head_desc')}")
-            v = r.get("verdict") or {}
-            if v.get("recommended"):
-                lines.append(f"{'':30s}verdict: {v['recommended']} ({v.get('reason')})")
-            if r.get("data_note"):
-                lines.append(f"{'':30s}note: {r['data_note']}")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -145,3 +145,24 @@ def test_full_dry_run_with_compile_fits_in_three_minutes(tmp_path) -> None:
     comp = rows["bf16+compile"]
     assert comp["ok"] and comp["compiled"] and comp["autocast_bf16"] and comp["loss0_rel_vs_fp32"] <= BF16_LOSS_RTOL
     assert report["wall_s"] <= 180, report["wall_s"]
+
+
+def test_a_stored_report_renders_every_part_and_its_rows() -> None:
+    """device_report.table on the H200 run stored in benchmarks/results: a line per part with its
+    status, a row per throughput mode and H_eff dtype with that record's numbers; a failed mode
+    and a part's error are shown in place of numbers."""
+    from device_report import PAD, table
+
+    report = json.loads((ROOT / "benchmarks" / "results" / "device_check_h200.json").read_text())["run1_all_parts"]
+    lines = table(report).splitlines()
+    for name, rec in report["parts"].items():
+        assert any(line.startswith(f"{name:12s} {rec['status']:7s} {rec['seconds']:8.1f}") for line in lines), name
+    for m in report["parts"]["throughput"]["result"]["modes"]:
+        assert any(line.startswith(f"{PAD}{m['mode']:13s} {m['img_per_s']:9.1f}") for line in lines), m["mode"]
+    for dt, d in report["parts"]["hvp"]["result"]["dtypes"].items():
+        assert any(line.startswith(f"{PAD}{dt:8s} {d['first_hvp_s']:10.4f}") for line in lines), dt
+    report["parts"]["throughput"]["result"]["modes"][0].update(ok=False, error="out of memory")
+    report["parts"]["hvp"]["error"] = "boom"
+    lines = table(report).splitlines()
+    mode = report["parts"]["throughput"]["result"]["modes"][0]["mode"]
+    assert f"{PAD}{mode:13s} failed: out of memory" in lines and f"{PAD}error: boom" in lines
