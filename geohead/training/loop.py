@@ -437,9 +437,8 @@ def _run_identity(cfg: dict) -> dict:
     d = json.loads(json.dumps(cfg))  # as stored in a checkpoint (tuples become lists)
     for key in ("track", "probe", "device", "compile", "out"):
         d.pop(key, None)
-    d.get("optim", {}).pop("max_steps", None)
-    for key in ("test", "n_test"):  # read by the probes alone
-        d.get("data", {}).pop(key, None)
+    for section, key in (("optim", "max_steps"), ("data", "test"), ("data", "n_test")):  # test data: probes alone
+        d.get(section, {}).pop(key, None)
     return d
 
 
