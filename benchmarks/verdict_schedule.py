@@ -1,5 +1,5 @@
 """The verdict at the user's schedule: does ``geohead search --confirm-epochs`` see a margin that
-turns with training length?
+turns with training length (and ``--confirm-backbone`` one that turns with width)?
 
 On the scale ladder (benchmarks/search_scale.py) Barlow Twins' pick beat the published head by
 +1.8 linear points at 20 epochs and fell 0.8 below it at 300 (seed 0; level over seeds 0 and 1);
@@ -11,8 +11,10 @@ at ``--confirm-epochs`` (default 300) at ``--confirm-seeds`` (default 2) fresh s
 that search's verdict at the trials' schedule (its stored search.json) and the ladder's runs at
 the same budget, backbone and data (search_scale_cpu.json; e.g. ``--search
 runs/search_scale/search_40k/barlow/search --confirm-epochs 20`` sets the 40k search's verdict
-beside the data axis). The runs checkpoint and resume in ``--out/confirm``; a rerun trains nothing
-it has. Results: ``--results`` (verdict_schedule_cpu.json), written when the verdict is in.
+beside the data axis). ``--confirm-backbone`` trains the verdict on another backbone, both heads
+rescaled to its d, beside the ladder's runs on it (e.g. ``--confirm-epochs 20 --confirm-backbone
+resnet18_cifar`` beside the full-width axis). The runs checkpoint and resume in ``--out/confirm``;
+a rerun trains nothing it has. Results: ``--results`` (verdict_schedule_cpu.json), written when the verdict is in.
 
 Run: ``python benchmarks/verdict_schedule.py`` (measured: docs/search.md, "A verdict at your schedule")
 """
@@ -32,13 +34,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 def resumed_config(stored: dict[str, Any], out: Path, args: argparse.Namespace) -> Any:
     """The stored search's SearchConfig (its settings, as many heads as it measured, no time limit)
-    with the verdict at ``args.confirm_epochs`` and ``args.confirm_seeds``, in ``out``."""
+    with the verdict at ``args.confirm_epochs`` and ``args.confirm_seeds`` (on ``args.confirm_backbone``), in ``out``."""
     from geohead.search import SearchConfig
 
     fields = {f.name for f in dataclasses.fields(SearchConfig)}
     settings = {k: tuple(v) if isinstance(v, list) else v for k, v in stored["settings"].items() if k in fields}
     return SearchConfig(**settings, out=str(out), trials=stored["trials"]["done"], timeout=None, progress=False,
-                        confirm_seeds=args.confirm_seeds, confirm_epochs=args.confirm_epochs)
+                        confirm_seeds=args.confirm_seeds, confirm_epochs=args.confirm_epochs,
+                        confirm_backbone=args.confirm_backbone)
 
 
 def ladder_runs(path: Path, objective: str, epochs: int, backbone: str = "resnet18_w16",
@@ -83,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "runs" / "verdict_schedule" / "barlow"))
     p.add_argument("--confirm-epochs", type=int, default=300)
     p.add_argument("--confirm-seeds", type=int, default=2)
+    p.add_argument("--confirm-backbone", default=None, help="the verdict's backbone (default: the search's)")
     p.add_argument("--ladder", default=str(RESULTS / "search_scale_cpu.json"))
     p.add_argument("--results", default=str(RESULTS / "verdict_schedule_cpu.json"))
     args = p.parse_args(argv)
@@ -97,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     run_search(resumed_config(stored, out, args), echo=lambda s: print(s, flush=True))
     long = json.loads((out / "search.json").read_text())["verdict"]
     proxy = stored["proxy"]
-    ladder = ladder_runs(Path(args.ladder), stored["objective"], args.confirm_epochs, proxy["backbone"], proxy["n_train"])
+    backbone = args.confirm_backbone or proxy["backbone"]
+    ladder = ladder_runs(Path(args.ladder), stored["objective"], args.confirm_epochs, backbone, proxy["n_train"])
     rec = {"search": str(search), "settings": stored["settings"], "confirm_epochs": args.confirm_epochs,
+           "confirm_backbone": args.confirm_backbone,
            "confirm_seeds": args.confirm_seeds, "verdict_short": stored["verdict"], "verdict_long": long,
            "ladder": ladder, "wall_s": time.perf_counter() - t0}
     Path(args.results).write_text(json.dumps(rec, indent=2) + "\n")
@@ -106,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
           "(kNN margin in points on the search's probe split, score margin; noise 2 x sigma_d / sqrt(n)):")
     print("| verdict | seeds | kNN margin | score margin | recommends |\n|---|---|---|---|---|")
     print(verdict_row(f"trials' schedule ({stored['settings']['max_steps']} steps)", stored["verdict"]))
-    print(verdict_row(f"{args.confirm_epochs} epochs", long))
+    print(verdict_row(f"{args.confirm_epochs} epochs on {backbone}", long))
     for r in ladder:
-        print(f"ladder, {args.confirm_epochs} epochs, seed {r['seed']}: linear {r['linear']:+.2f}, kNN {r['knn']:+.2f} points")
+        print(f"ladder, {args.confirm_epochs} epochs on {backbone}, seed {r['seed']}: linear {r['linear']:+.2f}, kNN {r['knn']:+.2f} points")
     return 0
 
 

@@ -96,3 +96,21 @@ def test_a_verdict_at_the_users_schedule_counts_as_the_budget_it_was_decided_on(
     note = _rescale_note(load_recipe(recipe, [f'head.file="{short}"']), str(short))
     assert "0.5 epochs of 10,000 images; this run is bigger on budget: re-check" in note
     assert _rescale_note(load_recipe(recipe, [f'head.file="{long}"']), str(long)) is None
+
+
+def test_a_verdict_on_the_users_backbone_counts_as_the_width_it_was_decided_on(tmp_path):
+    from geohead.commands.train import _rescale_note
+    from geohead.training.config import load_recipe
+
+    spec = HeadSpec(in_dim=32, out_dim=128, depth=1, activation="identity", norm=None, last_norm="batch")
+    recipe = ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml"          # w16: d = 128, 6 epochs, 10k images
+    narrow, checked = tmp_path / "narrow.json", tmp_path / "checked.json"
+    proxy = {"backbone": "tiny", "d": 32, "steps": 100, "epochs": 6.0, "n_train": 10000}
+    spec.to_json(narrow, found_on=proxy)
+    spec.to_json(checked, found_on=proxy | {"verdict_backbone": "resnet18_w16", "verdict_d": 128})
+    note = _rescale_note(load_recipe(recipe, [f'head.file="{narrow}"']), str(narrow))
+    assert "this run is bigger on width: re-check" in note
+    note = _rescale_note(load_recipe(recipe, [f'head.file="{checked}"']), str(checked))
+    assert note == ("head: " + str(checked) + " was found on d=32 features; this backbone gives d=128, so its widths "
+                    "keep the same multiples of d: linear 32->128 last_norm=batch whiten=none -> linear 128->512 "
+                    "last_norm=batch whiten=none")                       # rescaled, but width is not left to re-check

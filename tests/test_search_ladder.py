@@ -31,7 +31,7 @@ def test_findings_and_the_advice_name_the_axes_that_did_not_hold_first():
     f = findings("simclr", LADDER)
     assert f == {"width": ("shrinks", "width (d=256): +0.9 points, proxy +2.6: shrinks (seed 0)"),
                  "budget": ("holds", "budget (100 epochs): +1.9 points, proxy +2.6: holds (seeds 0, 1)")}
-    assert recheck("simclr", LADDER).startswith("re-check width first; on the scale ladder")
+    assert recheck("simclr", LADDER).startswith("re-check width first (--confirm-backbone trains the verdict on your backbone); on the scale ladder")
     assert recheck("vicreg", LADDER).startswith("re-check data first") and "turns" in recheck("vicreg", LADDER)
     assert "has not measured this objective" in recheck("dino", LADDER) and findings("dino", LADDER) == {}
 
@@ -41,7 +41,7 @@ def test_an_axis_where_only_knn_turns_is_named_with_the_worse_probe():
     assert f["data"] == ("turns", "data (40,000 images): +1.2 points, proxy +1.5: holds; kNN -0.4, proxy +1.9: turns "
                                   "(seeds 0, 1)")
     assert f["width"][0] == "shrinks" and f["budget"][0] == "holds"  # kNN 0.9 < 1.9 / 2; 1.0 >= 0.95
-    assert recheck("barlow", LADDER).startswith("re-check width and data first; on the scale ladder")
+    assert recheck("barlow", LADDER).startswith("re-check width and data first (--confirm-backbone trains the verdict on your backbone); on the scale ladder")
 
 
 def test_the_shipped_ladder_is_well_formed(tmp_path):
@@ -67,3 +67,20 @@ def test_a_verdict_at_the_users_budget_takes_budget_off_the_axes_to_recheck():
                                        "axes": {"budget": {"at": "300 epochs", "margin": -0.02, "seeds": [0, 1]}}}}}
     assert findings("barlow", level)["budget"] == ("turns", "budget (300 epochs): -0.02 points, proxy +1.5: turns (seeds 0, 1)")
     assert recheck("dino", turned, verdict_epochs=50.0).startswith("the verdict trained 50 epochs, your budget; the scale")
+
+
+def test_a_verdict_on_the_users_backbone_takes_width_off_the_axes_to_recheck():
+    turned = {"objectives": {"barlow": {"proxy": {"margin": 1.5, "knn_margin": 1.9, "seeds": [0]},
+                                        "axes": {"width": {"at": "d=512", "margin": -3.4, "knn_margin": -5.0, "seeds": [0]},
+                                                 "budget": {"at": "300 epochs", "margin": -0.8, "knn_margin": 0.2,
+                                                            "seeds": [0]}}}}}
+    assert recheck("barlow", turned).startswith(
+        "re-check width and budget first (--confirm-backbone trains the verdict on your backbone; --confirm-epochs "
+        "trains the verdict at your budget); on the scale ladder")
+    assert recheck("barlow", turned, verdict_d=512).startswith(
+        "re-check budget first (the verdict trained on d=512, your backbone; --confirm-epochs trains the verdict at "
+        "your budget); on the scale ladder")
+    both = recheck("barlow", turned, verdict_epochs=300.0, verdict_d=512)
+    assert both.startswith("the margin held on every other axis measured (the verdict trained 300 epochs, your budget, "
+                           "on d=512, your backbone); on the scale ladder")
+    assert "width (d=512): -3.4 points, proxy +1.5: turns; kNN -5.0, proxy +1.9: turns (seed 0)" in both

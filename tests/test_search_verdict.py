@@ -240,6 +240,35 @@ def test_a_verdict_at_the_users_schedule_trains_it_records_it_and_resumes(tmp_pa
     assert {k: again[k] for k in ("value", "knn_backbone")} == {k: stored[k] for k in ("value", "knn_backbone")}
 
 
+def test_a_verdict_on_the_users_backbone_trains_both_heads_rescaled_there(tmp_path) -> None:
+    out = tmp_path / "s"
+    cfg = SearchConfig(out=str(out), trials=3, steps=2, confirm_seeds=2, confirm_backbone="resnet18_w32", **TINY)
+    res = run_search(cfg)
+    summary = json.loads((out / "search.json").read_text())
+    v = summary["verdict"]
+    assert v["pick"] != v["reference"] and (v["backbone"], v["steps"]) == ("resnet18_w32", 2)
+    assert set(v["values"]["pick"]) == {"1", "2"}            # the study's seed trained another backbone: not paired
+    for label, found in (("pick", HeadSpec.load(out / "pick_head.json")),
+                         ("published", HeadSpec.from_dict(summary["reference"]["head"]))):
+        assert found.in_dim == 128
+        folder = out / "confirm" / f"{label}_s2_2steps_resnet18_w32"
+        config = json.loads((folder / "config.json").read_text())
+        assert config["backbone"]["name"] == "resnet18_w32"
+        trained = {k: config["head"]["spec"][k] for k in ("hidden_dim", "out_dim")}
+        assert trained == {"hidden_dim": 2 * found.hidden_dim, "out_dim": 2 * found.out_dim}  # d 128 -> 256
+        assert json.loads((folder / "result.json").read_text())["dim_backbone"] == 256.0
+    found_on = json.loads((out / "best_head.json").read_text())["found_on"]
+    assert (found_on["backbone"], found_on["d"], found_on["verdict_backbone"], found_on["verdict_d"]) == (
+        "resnet18_w16", 128, "resnet18_w32", 256)
+    assert "the verdict's runs on resnet18_w32 (d=256)" in res.table and "(2 steps on resnet18_w32 (d=256) each)" in res.table
+    assert ("re-check data and budget first (the verdict trained on d=256, your backbone; --confirm-epochs trains the "
+            "verdict at your budget)") in res.table                  # width is off the axes to re-check
+    alone = tmp_path / "alone"                                # the published head is the only head: nothing re-trained
+    run_search(SearchConfig(out=str(alone), trials=1, steps=2, confirm_seeds=2, confirm_backbone="resnet18_w32", **TINY))
+    assert not (alone / "confirm").exists()
+    assert "verdict_backbone" not in json.loads((alone / "best_head.json").read_text())["found_on"]
+
+
 def test_a_reference_outside_a_narrowed_space_is_measured_without_parameters(tmp_path) -> None:
     import optuna
 
@@ -267,6 +296,9 @@ def test_auto_workers_split_the_machine() -> None:
     (["--confirm-seeds", "-1"], "--confirm-seeds must be an integer >= 0, got -1"),
     (["--confirm-epochs", "0", "--confirm-seeds", "2"], "--confirm-epochs must be a positive integer, got 0"),
     (["--confirm-epochs", "300"], "--confirm-epochs 300 needs --confirm-seeds 2 or more (got 1)"),
+    (["--confirm-backbone", "resnet18_cifar"], "--confirm-backbone resnet18_cifar needs --confirm-seeds 2 or more (got 1)"),
+    (["--confirm-backbone", "resnet18_cifr", "--confirm-seeds", "2", "--n-train", "256", "--batch-size", "64"],
+     "--confirm-backbone 'resnet18_cifr': unknown backbone 'resnet18_cifr'; close matches: ['resnet18_cifar'"),
 ])
 def test_bad_workers_and_confirm_seeds_exit_2(args, match, tmp_path) -> None:
     r = CliRunner().invoke(main, ["search", "--out", str(tmp_path / "s"), *args])

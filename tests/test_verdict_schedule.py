@@ -42,3 +42,19 @@ def test_a_stored_search_resumes_with_no_new_trial_and_its_verdict_at_the_schedu
     study = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
     assert len(study.trials) == len(optuna.load_study(study_name="barlow-shapes-default",
                                                       storage=f"sqlite:///{search / 'study.db'}").trials)
+
+
+def test_the_verdict_on_another_backbone_sits_beside_the_ladders_runs_there(tmp_path) -> None:
+    search = tmp_path / "search"
+    run_search(SearchConfig(out=str(search), trials=3, steps=2, confirm_seeds=1, **TINY))
+    run = dict(objective="barlow", epochs=1, n_train=256, label="found", seed=1, linear_backbone=0.5, knn_backbone=0.5)
+    ladder = tmp_path / "ladder.json"
+    ladder.write_text(json.dumps({"runs": [dict(run, backbone="resnet18_w32"), dict(run, backbone="resnet18_w32",
+                                           label="published", linear_backbone=0.4), dict(run, backbone="resnet18_w16")]}))
+    results = tmp_path / "r.json"
+    assert benchmark_module("verdict_schedule").main([
+        "--search", str(search), "--out", str(tmp_path / "wide"), "--confirm-epochs", "1", "--confirm-seeds", "2",
+        "--confirm-backbone", "resnet18_w32", "--ladder", str(ladder), "--results", str(results)]) == 0
+    rec = json.loads(results.read_text())
+    assert rec["verdict_long"]["backbone"] == "resnet18_w32" and rec["confirm_backbone"] == "resnet18_w32"
+    assert [(r["seed"], round(r["linear"], 6)) for r in rec["ladder"]] == [(1, 10.0)]   # the w32 pair, not the w16 run

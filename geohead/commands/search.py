@@ -75,13 +75,14 @@ def _workers(value: str) -> int | str:
 @click.option("--no-progress", is_flag=True, help="No progress bar over the study.")
 @click.option("--confirm-seeds", type=int, default=1, show_default=True, help="Fresh seeds at which the verdict re-trains the pick and the published head (0: no verdict runs). Confirmation runs are stored: rerun with more, and --trials set to the heads the study holds, to train only the new seeds.")
 @click.option("--confirm-epochs", type=int, default=None, help="Train the verdict's runs this many epochs of the training images (default: the trials' --max-steps): the schedule you will train with, as a head's margin can turn with training length (docs/search.md). Needs --confirm-seeds 2 or more; the runs checkpoint and resume.")
+@click.option("--confirm-backbone", default=None, help="Train the verdict's runs on this backbone (default: the search's), both heads rescaled to its d: the backbone you will train, as a head's margin can turn with width (docs/search.md). Needs --confirm-seeds 2 or more; the runs checkpoint and resume.")
 def search(objective: str, data: str, test: str | None, data_root: str | None, download: bool, n_train: int | None, img_size: int, backbone: str | None,
            min_steps: int | None, max_steps: int | None, reduction_factor: int, steps: int | None, batch_size: int,
            trials: int, timeout: str, workers: int, storage: str | None, study: str | None,
            out: str | None, seed: int, device: str, score: str, multi: bool, sampler: str | None, fix: tuple[str, ...],
            ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool, no_escape: bool,
            heartbeat: int, keep_checkpoints: bool, no_progress: bool, confirm_seeds: int,
-           confirm_epochs: int | None) -> None:
+           confirm_epochs: int | None, confirm_backbone: str | None) -> None:
     """Design a projection head for OBJECTIVE on your backbone and data.
 
     Each trial screens a candidate head at init (escape curvature at collapse where Thm 4.1's
@@ -107,6 +108,7 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
         fix=tuple(fix), ranges=tuple(ranges), overrides=tuple(overrides), probe_train=probe_train,
         probe_test=probe_test, prune=not no_prune, escape=not no_escape, heartbeat=heartbeat, keep_checkpoints=keep_checkpoints,
         progress=not no_progress, confirm_seeds=confirm_seeds, confirm_epochs=confirm_epochs,
+        confirm_backbone=confirm_backbone,
     )
     try:
         cfg.validate()

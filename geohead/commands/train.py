@@ -76,7 +76,8 @@ def _rescale_note(cfg, head_file: str) -> str | None:
         lines.append(f"head: {head_file} was found on d={found.in_dim} features; this backbone gives d={d}, so its "
                      f"widths keep the same multiples of d: {found.describe()} -> {found.rescale(d).describe()}")
     epochs = proxy.get("verdict_epochs") or proxy.get("epochs")  # a verdict at its own schedule decided there
-    differs = [axis for axis, theirs, ours in (("width", proxy.get("d"), d), ("budget", epochs, cfg.optim.epochs),
+    width = proxy.get("verdict_d") or proxy.get("d")  # and one on a backbone of its own, at that width
+    differs = [axis for axis, theirs, ours in (("width", width, d), ("budget", epochs, cfg.optim.epochs),
                                              ("data", proxy.get("n_train"), cfg.data.n_train))
                if theirs is not None and ours is not None and float(ours) > 1.5 * float(theirs)]
     if differs:

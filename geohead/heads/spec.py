@@ -231,8 +231,10 @@ class HeadSpec:
 
 #: What ``found_on`` may record: the search's backbone, its width d, the steps (and epochs) each
 #: completed trial trained, its training images, batch, data name and objective, and the epochs
-#: of the verdict's runs when they trained a schedule of their own.
-FOUND_ON_KEYS = ("backbone", "d", "steps", "epochs", "n_train", "batch_size", "data", "objective", "verdict_epochs")
+#: of the verdict's runs when they trained a schedule of their own, their backbone and its d when
+#: they trained on a backbone of their own.
+FOUND_ON_KEYS = ("backbone", "d", "steps", "epochs", "n_train", "batch_size", "data", "objective", "verdict_epochs",
+                 "verdict_backbone", "verdict_d")
 
 
 def check_found_on(found_on: Any) -> dict[str, Any] | None:

@@ -98,6 +98,10 @@ class SearchConfig:
             ``max_steps``, the trials' schedule). Set it to the schedule you will train with: the
             scale ladder measured a margin that turned with training length. At a schedule of
             its own the verdict compares the fresh seeds alone, so it needs ``confirm_seeds`` >= 2.
+        confirm_backbone: the backbone the verdict's runs train (None: the search's), both heads
+            rescaled to its d (:meth:`~geohead.heads.HeadSpec.rescale`). Set it to the backbone
+            you will train: the scale ladder measured a margin that turned with width. Its runs
+            are compared at the fresh seeds alone (``confirm_seeds`` >= 2), as with ``confirm_epochs``.
     """
 
     objective: str = "barlow"
@@ -139,6 +143,7 @@ class SearchConfig:
     progress: bool = True
     confirm_seeds: int = 1
     confirm_epochs: int | None = None
+    confirm_backbone: str | None = None
 
     def __post_init__(self) -> None:
         if self.min_steps is None:
@@ -252,10 +257,15 @@ class SearchConfig:
         if self.confirm_epochs is not None:
             if isinstance(self.confirm_epochs, bool) or not isinstance(self.confirm_epochs, int) or self.confirm_epochs < 1:
                 raise SearchError(f"--confirm-epochs must be a positive integer, got {self.confirm_epochs!r}")
-            if self.confirm_seeds < 2:
-                raise SearchError(f"--confirm-epochs {self.confirm_epochs} needs --confirm-seeds 2 or more (got "
-                                  f"{self.confirm_seeds}): the trials trained at the search's schedule, so the margin at "
-                                  "yours takes its noise from the fresh seeds alone")
+        if self.confirm_backbone is not None and not (isinstance(self.confirm_backbone, str) and self.confirm_backbone):
+            raise SearchError(f"--confirm-backbone must be a backbone name, got {self.confirm_backbone!r}")
+        own = [(flag, value) for flag, value in (("--confirm-epochs", self.confirm_epochs),
+                                                 ("--confirm-backbone", self.confirm_backbone)) if value is not None]
+        if own and self.confirm_seeds < 2:
+            flag, value = own[0]
+            raise SearchError(f"{flag} {value} needs --confirm-seeds 2 or more (got {self.confirm_seeds}): the trials "
+                              "trained at the search's schedule and backbone, so the margin at yours takes its noise "
+                              "from the fresh seeds alone")
         if self.timeout is not None and not self.timeout > 0:
             raise SearchError(f"--timeout must be > 0 seconds (or 0 for no limit), got {self.timeout!r}")
         if self.screen_batch < 2:

@@ -66,22 +66,30 @@ def _points(margin: float) -> str:
     return f"{margin:+.2f}" if abs(margin) < 0.05 else f"{margin:+.1f}"
 
 
-def recheck(objective: str, ladder: dict[str, Any] | None = None, verdict_epochs: float | None = None) -> str:
+def recheck(objective: str, ladder: dict[str, Any] | None = None, verdict_epochs: float | None = None,
+            verdict_d: int | None = None) -> str:
     """The advice printed with a search's verdict: the ladder's findings for ``objective``, the
     axes where the margin did not hold named first, or what to do where nothing was measured.
-    ``verdict_epochs``: the verdict trained the user's schedule, so budget is not left to re-check."""
+    ``verdict_epochs`` / ``verdict_d``: the verdict trained the user's schedule / backbone, so
+    budget / width is not left to re-check."""
     found = findings(objective, ladder)
-    checked = "" if verdict_epochs is None else f"the verdict trained {verdict_epochs:g} epochs, your budget"
+    done = {}
+    if verdict_epochs is not None:
+        done["budget"] = f"{verdict_epochs:g} epochs, your budget"
+    if verdict_d is not None:
+        done["width"] = f"on d={verdict_d}, your backbone"
+    checked = f"the verdict trained {', '.join(done.values())}" if done else ""
     if not found:
         return (f"{checked}; " if checked else "") + ("the scale ladder has not measured this objective: before training "
                                                        "wider, longer or on more data, compare the pick with the "
                                                        "published head in a short run at your size")
-    worst = [axis for axis, (verdict, _) in found.items() if verdict != "holds" and not (checked and axis == "budget")]
-    lead = f"re-check {' and '.join(worst)} first" if worst else "the margin held on every axis measured"
-    if checked:
-        lead += f" ({checked})"
-    elif "budget" in worst:
-        lead += " (--confirm-epochs trains the verdict at your budget)"
+    worst = [axis for axis, (verdict, _) in found.items() if verdict != "holds" and axis not in done]
+    lead = f"re-check {' and '.join(worst)} first" if worst else f"the margin held on every {'other ' if done else ''}axis measured"
+    flags = {"width": "--confirm-backbone trains the verdict on your backbone",
+             "budget": "--confirm-epochs trains the verdict at your budget"}
+    said = ([checked] if checked else []) + [flags[a] for a in worst if a in flags]
+    if said:
+        lead += f" ({'; '.join(said)})"
     return f"{lead}; on the scale ladder (CIFAR-10, docs/search.md): " + "; ".join(p for _, p in found.values())
 
 

@@ -75,17 +75,45 @@ def check_data(cfg: SearchConfig) -> None:
             raise SearchError(f"{flag} {name!r}: {exc}") from None
 
 
-def proxy_record(cfg: SearchConfig, inputs: Any) -> dict[str, Any]:
+def verdict_backbone(cfg: SearchConfig, base: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
+    """The ``backbone`` section the verdict's runs train with ``cfg.confirm_backbone`` (its name,
+    built with its own default arguments; the search's other backbone keys) and that backbone's d;
+    None without it. Builds the backbone once, so a bad name fails before anything is written."""
+    if cfg.confirm_backbone is None:
+        return None
+    import copy
+
+    from geohead.training.config import config_from_dict
+    from geohead.training.model import build_backbone
+
+    section = {k: v for k, v in base.get("backbone", {}).items() if k not in ("name", "args")}
+    section["name"] = cfg.confirm_backbone
+    d = copy.deepcopy(base)
+    d["backbone"] = section
+    try:
+        return section, int(build_backbone(config_from_dict(d)).num_features)
+    except ValueError as exc:
+        raise SearchError(f"--confirm-backbone {cfg.confirm_backbone!r}: {exc}") from None
+
+
+def proxy_record(cfg: SearchConfig, inputs: Any, verdict: Any = None,
+                 confirm: tuple[dict[str, Any], int] | None = None) -> dict[str, Any]:
     """What the search measured its heads on (best_head.json's ``found_on``): backbone, d, the
-    steps and epochs of a completed trial, training images, batch, data and objective; and the
-    epochs of the verdict's runs when they had a schedule of their own (``verdict_epochs``)."""
+    steps and epochs of a completed trial, training images, batch, data and objective; and, when
+    the ``verdict`` compared runs of their own, their epochs (``verdict_epochs``, with
+    ``confirm_epochs``) and their backbone and its d (``verdict_backbone``, ``verdict_d``, with
+    ``confirm``: :func:`verdict_backbone`'s answer)."""
     from geohead.backbones import DEFAULT_BACKBONE
 
     rec = {"backbone": inputs.base.get("backbone", {}).get("name") or DEFAULT_BACKBONE, "d": inputs.in_dim,
            "steps": int(cfg.max_steps), "epochs": float(inputs.base["optim"]["epochs"]), "n_train": len(inputs.data),
            "batch_size": cfg.batch_size, "data": str(cfg.data)[-200:], "objective": cfg.objective}
-    if cfg.confirm_epochs is not None and cfg.confirm_seeds > 0:
+    if verdict is None or verdict.steps is None:  # nothing compared at the user's schedule or backbone
+        return rec
+    if cfg.confirm_epochs is not None:
         rec["verdict_epochs"] = float(cfg.confirm_epochs)
+    if confirm is not None:
+        rec["verdict_backbone"], rec["verdict_d"] = confirm[0]["name"], confirm[1]
     return rec
 
 
@@ -108,6 +136,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
         cfg = dataclasses.replace(cfg, workers=auto_workers(cfg.device))
         say(f"--workers auto: {cfg.workers} worker process(es)")
     inputs = prepare_and_describe(cfg, say)  # the backbone built, the data prepared: nothing written yet
+    confirm = verdict_backbone(cfg, inputs.base)
     out = cfg.out_dir
     url = storage_url(cfg.storage, out)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -133,30 +162,42 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     finally:
         bar.close()
     study = optuna.load_study(study_name=cfg.study_name, storage=storage)
-    verdict = None if interrupted else _verdict(cfg, study, inputs, say)
+    verdict = None if interrupted else _verdict(cfg, study, inputs, say, confirm)
     dashboard = dashboard_command(url)
     summary, table = write_outputs(study, cfg, describe(url), time.time() - t0, stopped=stopped, dashboard=dashboard,
                                    premise=criterion_record(inputs.premise, cfg.escape), verdict=verdict,
-                                   proxy=proxy_record(cfg, inputs))
+                                   proxy=proxy_record(cfg, inputs, verdict, confirm))
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(out, cfg.study_name, describe(url), summary, table, dashboard)
 
 
-def _verdict(cfg: SearchConfig, study: Any, inputs: Any, say: Callable[[str], None]) -> Any:
+def _verdict(cfg: SearchConfig, study: Any, inputs: Any, say: Callable[[str], None],
+             confirm: tuple[dict[str, Any], int] | None = None) -> Any:
     """The pick against the published head at ``cfg.confirm_seeds`` fresh seeds
     (:mod:`geohead.search.verdict`), trained here on the prepared ``inputs`` (for
-    ``cfg.confirm_epochs`` epochs of its images when set)."""
+    ``cfg.confirm_epochs`` epochs of its images when set; on ``confirm``'s backbone, both heads
+    rescaled to its d, when set: :func:`verdict_backbone`)."""
     from geohead.search.outputs import best_trial
     from geohead.search.verdict import run_verdict
 
     runner = TrialRunner(cfg, inputs, say)
-    steps, words = None, ""
+    steps, words, measure, name = None, "", runner.measure_head, None
     if cfg.confirm_epochs is not None:
         steps = cfg.confirm_epochs * max(1, len(inputs.data) // cfg.batch_size)
         words = f"{cfg.confirm_epochs} epochs of {len(inputs.data):,} images"
+    if confirm is not None:  # runs of their own: checkpointed, resumed, compared at the fresh seeds alone
+        section, dim = confirm
+        name, steps = section["name"], steps or int(cfg.max_steps)
+        words = f"{words or f'{steps:,} steps'} on {name} (d={dim})"
+
+        def on_backbone(spec: Any, seed: int, folder: Path, steps: int | None = None) -> dict[str, float]:
+            return runner.measure_head(spec.rescale(dim), seed, folder, steps, backbone=section)
+
+        measure = on_backbone
+
     return run_verdict(best_trial(study), reference_trial(study), cfg.confirm_seeds, cfg.seed, cfg.out_dir / "confirm",
-                       runner.measure_head, say, steps, words)
+                       measure, say, steps, words, name)
 
 
 def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:

@@ -241,8 +241,11 @@ class TrialRunner:
 
         return on_epoch
 
-    def measure_head(self, spec: HeadSpec, seed: int, out: Path, steps: int | None = None) -> dict[str, float]:
-        """Train ``spec`` for ``max_steps`` (no rungs; or ``steps``, a schedule of its own) with every
+    def measure_head(self, spec: HeadSpec, seed: int, out: Path, steps: int | None = None,
+                     backbone: dict[str, Any] | None = None) -> dict[str, float]:
+        """Train ``spec`` for ``max_steps`` (no rungs; or ``steps``, a schedule of its own; on
+        ``backbone``, a training config's backbone section, instead of the search's, with ``spec``
+        already at its d) with every
         seeded choice (backbone init, batches, views) drawn from ``seed`` in ``out``, and return its
         trained criteria with the score, the score's components (``score_*``) and the objective
         ``value`` a trial would return (the score, or kNN accuracy with ``score="knn"``; the score
@@ -250,7 +253,7 @@ class TrialRunner:
         its progress (with ``progress``): it may be the user's full schedule."""
         from geohead.training.loop import TrainingDiverged, train
 
-        cfg = self._train_config(out, spec, seed, steps)
+        cfg = self._train_config(out, spec, seed, steps, backbone)
         try:
             with _quiet_whitening():
                 result = train(cfg, overwrite=steps is None or not _same_run(out, cfg))
@@ -263,15 +266,19 @@ class TrialRunner:
         value = crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
         return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "value": value, "steps_trained": result.steps}
 
-    def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None, steps: int | None = None) -> Any:
+    def _train_config(self, out: Path, spec: HeadSpec, seed: int | None = None, steps: int | None = None,
+                      backbone: dict[str, Any] | None = None) -> Any:
         """A trial's ``TrainConfig``: the shared base with this head, in ``out`` (and ``seed``
-        instead of the common one, ``steps`` instead of ``max_steps``, when given)."""
+        instead of the common one, ``steps`` instead of ``max_steps``, ``backbone`` instead of the
+        search's backbone section, when given)."""
         from geohead.training.config import config_from_dict
 
         d = copy.deepcopy(self.inputs.base)
         d["out"] = str(out)
         if seed is not None:
             d["seed"] = seed
+        if backbone is not None:
+            d["backbone"] = copy.deepcopy(backbone)
         if steps is not None:
             d["optim"].update(schedule(steps, len(self.inputs.data), self.cfg.batch_size))
             d["track"].update(log_every=max(1, steps // 10), ckpt_every=max(1, steps // 10), progress=self.cfg.progress)

@@ -28,7 +28,10 @@ runs train a schedule of their own, so the study seed's values, measured at the 
 are not paired with them: m and σ_d come from the fresh seeds alone (two or more). The scale ladder
 (docs/search.md) is why: Barlow Twins' pick beat the published head by +1.8 linear points at 20
 epochs and fell 0.8 below it at 300 (seed 0), so a verdict at the trials' schedule cannot speak
-for a long one.
+for a long one. The same holds for width: on the user's backbone (``confirm_backbone``;
+``OUT/confirm/<label>_s<seed>_<steps>steps_<backbone>``, both heads rescaled to its d by the
+caller's ``measure``) the runs are compared at the fresh seeds alone; on the ladder Barlow Twins'
+pick led by +1.5 linear points on the 128-d proxy and fell 3.4 behind on the 512-d ResNet-18.
 
 Measured on six CIFAR-10 searches with 20-epoch truths (benchmarks/verdict_seeds.py; docs/results.md,
 "The verdict's noise, measured"): the seed moves both heads together (DINO: the published head's
@@ -44,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -116,7 +120,9 @@ class Verdict:
         values: label -> {seed: value}; knn: label -> {seed: backbone kNN} (None without labels).
         basis: :attr:`Decision.basis`; None when nothing was compared.
         score_margin, knn_margin: the two measures' :class:`Margin` (None when unmeasured).
-        steps: the confirmation runs' schedule when it is their own (``confirm_epochs``), else None.
+        steps: the confirmation runs' schedule when it is their own (``confirm_epochs``, or
+            ``max_steps`` on a backbone of their own), else None.
+        backbone: the backbone the confirmation runs trained when it is their own (``confirm_backbone``).
     """
 
     recommended: str
@@ -129,6 +135,7 @@ class Verdict:
     score_margin: Margin | None = None
     knn_margin: Margin | None = None
     steps: int | None = None
+    backbone: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -139,11 +146,12 @@ class Verdict:
 
 def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: Path,
                 measure: Callable[..., dict[str, float]], echo: Callable[[str], None],
-                steps: int | None = None, schedule: str = "") -> Verdict:
+                steps: int | None = None, schedule: str = "", backbone: str | None = None) -> Verdict:
     """The verdict on the pick (a FrozenTrial) against the reference trial (or None), with
     ``measure(spec, seed, folder)`` (:meth:`TrialRunner.measure_head`) for the fresh seeds; with
     ``steps``, the runs train that schedule (``measure(..., steps=steps)``; ``schedule`` says it in
-    words, e.g. "300 epochs") and are compared at the fresh seeds alone."""
+    words, e.g. "300 epochs") and are compared at the fresh seeds alone. ``backbone`` (with
+    ``steps``) names the backbone ``measure`` trains on, for the runs' folders and the record."""
     if pick is None:
         return Verdict("pick_unchecked", "no trial completed the full budget: there is no pick", None, None)
     number = pick.number
@@ -161,15 +169,16 @@ def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: P
     if n_seeds < 1:
         return Verdict("pick_unchecked", "--confirm-seeds 0: the pick was not re-trained at a fresh seed, so its margin "
                        "over the published head is unchecked", number, reference.number, values, knn)
-    suffix = "" if steps is None else f"_{steps}steps"
+    what = (f" for {schedule or f'{steps:,} steps'}" if steps else "") + (", rescaled to that d" if backbone else "")
+    suffix = ("" if steps is None else f"_{steps}steps") + ("" if backbone is None else "_" + _folder_name(backbone))
     specs = {"pick": HeadSpec.from_dict(pick.user_attrs["head"]), "published": HeadSpec.from_dict(reference.user_attrs["head"])}
     for seed in range(study_seed + 1, study_seed + 1 + n_seeds):  # seed by seed: a stopped verdict leaves whole pairs
         for label, spec in specs.items():
-            rec = _confirmed(spec, seed, out / f"{label}_s{seed}{suffix}", measure, echo, label, steps)
+            rec = _confirmed(spec, seed, out / f"{label}_s{seed}{suffix}", measure, echo, label, steps, what)
             values[label][seed], knn[label][seed] = rec["value"], rec.get("knn_backbone")
     d = decide(values, study_seed, knn)
     return Verdict("pick" if d.pick else "published", _reason(d, n_seeds, schedule), number, reference.number, values,
-                   knn, d.basis, d.score, d.knn, steps)
+                   knn, d.basis, d.score, d.knn, steps, backbone)
 
 
 def _reason(d: Decision, n_fresh: int, schedule: str = "") -> str:
@@ -193,15 +202,20 @@ def _reason(d: Decision, n_fresh: int, schedule: str = "") -> str:
     return f"the pick's margins over the published head at {seeds} are within the noise: {both}: use the published head{more}"
 
 
+def _folder_name(name: str) -> str:
+    """``name`` as one folder-name part: characters other than letters, digits, ``_.-`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+
+
 def _value(trial: Any) -> float:
     """A trial's value as the verdict compares it (multi-objective trials: their score)."""
     return float(trial.values[0]) if len(trial.values) == 1 else float(trial.user_attrs["score"])
 
 
 def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., dict[str, float]],
-               echo: Callable[[str], None], label: str, steps: int | None = None) -> dict[str, float]:
+               echo: Callable[[str], None], label: str, steps: int | None = None, what: str = "") -> dict[str, float]:
     """``measure(spec, seed, folder)`` (with ``steps=steps`` when given), or the stored result of an
-    earlier run of the same head."""
+    earlier run of the same head; ``what`` says the runs' own schedule and backbone in the progress line."""
     from geohead.io import atomic_write_text
 
     path = folder / "result.json"
@@ -209,8 +223,7 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., d
         stored = json.loads(path.read_text())
         if stored.get("head") == spec.to_dict():
             return stored
-    echo(f"verdict: training the {label} head at seed {seed}" + (f" for {steps:,} steps" if steps else "")
-         + f": {spec.describe()}")
+    echo(f"verdict: training the {label} head at seed {seed}: {spec.describe()}{what}")
     measured = measure(spec, seed, folder) if steps is None else measure(spec, seed, folder, steps=steps)
     rec = {**measured, "head": spec.to_dict(), "seed": seed}
     atomic_write_text(path, json.dumps(rec, indent=2) + "\n")
