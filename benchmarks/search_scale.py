@@ -158,14 +158,35 @@ def train_run(args: argparse.Namespace, axis: str, objective: str, label: str, s
               f"(kNN {twin['knn_backbone']:.3f}, linear {twin['linear_backbone']:.3f}), not trained again", flush=True)
         return dict(twin, axis=axis, label=label, desc=desc, same_run_as=f"{twin['axis']} {twin['label']} seed {seed}")
     print(f"[{axis}] {objective} {label} seed {seed}: {desc} ({backbone}, {epochs} epochs, {which})", flush=True)
-    rec = st.train_one(cfg)
+    rec = st.train_one(cfg, keep=args.criteria is not None)
     print(f"[{axis}] {objective} {label} seed {seed}: backbone kNN {rec['knn_backbone']:.3f}, "
           f"linear {rec['linear_backbone']:.3f} in {rec['wall_s']:.0f} s", flush=True)
-    return {"objective": objective, "axis": axis, "label": label, "seed": seed, "epochs": epochs,
-            "backbone": backbone, "d": d, "n_train": n_train, "device": args.device,
-            "knn_backbone": rec["knn_backbone"], "linear_backbone": rec["linear_backbone"],
-            "knn_head": rec["knn_head"], "linear_head": rec["linear_head"], "steps": rec["steps"],
-            "wall_s": rec["wall_s"], "desc": desc, "head": head}
+    out = {"objective": objective, "axis": axis, "label": label, "seed": seed, "epochs": epochs,
+           "backbone": backbone, "d": d, "n_train": n_train, "device": args.device,
+           "knn_backbone": rec["knn_backbone"], "linear_backbone": rec["linear_backbone"],
+           "knn_head": rec["knn_head"], "linear_head": rec["linear_head"], "steps": rec["steps"],
+           "wall_s": rec["wall_s"], "desc": desc, "head": head}
+    return {**out, **run_criteria(args, objective, backbone, Path(cfg.out) / "last.safetensors")}
+
+
+_RUNNERS: dict[tuple[str, str], Any] = {}
+
+
+def run_criteria(args: argparse.Namespace, objective: str, backbone: str, checkpoint: Path) -> dict[str, Any]:
+    """With ``--criteria``: ``{"criteria": ...}``, the label-free criteria a verdict on ``backbone``
+    would compare (benchmarks/run_criteria.py, on the probe split of the search in
+    ``<--criteria>/<objective>/search``), measured on the run's checkpoint, which is then deleted;
+    else (or when the run finished before and its checkpoint is gone) nothing."""
+    if args.criteria is None or not checkpoint.is_file():
+        return {}
+    import run_criteria as rc  # noqa: E402  (beside this file)
+
+    if (objective, backbone) not in _RUNNERS:
+        settings = json.loads((Path(args.criteria) / objective / "search" / "search.json").read_text())["settings"]
+        _RUNNERS[objective, backbone] = rc.search_runner(settings, backbone)
+    measured = rc.measure_run(checkpoint, _RUNNERS[objective, backbone])
+    checkpoint.unlink()
+    return {"criteria": {k: measured[k] for k in rc.KEYS if k in measured}}
 
 
 def baselines(transfer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -314,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", default=None, help="default docs/search_scale{,_cuda}.png")
     ap.add_argument("--ladder", default=None, help="the margins the search prints (default on CPU: "
                     "geohead/search/ladder.json; '' writes none)")
+    ap.add_argument("--criteria", default=None, help="a folder of searches (<objective>/search/search.json, e.g. "
+                    "runs/search_transfer34): each new run also records the label-free criteria a verdict on its "
+                    "backbone compares, on that search's probe split (benchmarks/run_criteria.py)")
     args = ap.parse_args(argv)
     gpu = args.device != "cpu"
     args.axes = args.axes or (["width_full"] if gpu else list(AXES))

@@ -180,8 +180,8 @@ def preset_head(objective: str, smooth: bool, widths: str) -> dict[str, Any]:
     return {"preset": objective, "smooth": smooth, "spec": spec}
 
 
-def train_one(cfg: Any) -> dict[str, Any]:
-    """Train ``cfg`` (or read its finished run); backbone/head kNN and linear probe, wall time."""
+def train_one(cfg: Any, keep: bool = False) -> dict[str, Any]:
+    """Train ``cfg`` (or read its finished run): probes, wall time; its checkpoint deleted unless ``keep``."""
     from geohead.training.loop import train
 
     out = Path(cfg.out)
@@ -195,7 +195,8 @@ def train_one(cfg: Any) -> dict[str, Any]:
            "knn_backbone": cls["backbone"]["knn"], "linear_backbone": cls["backbone"].get("linear"),
            "knn_head": cls["head"]["knn"], "linear_head": cls["head"].get("linear")}
     (out / "transfer.json").write_text(json.dumps(rec, indent=2) + "\n")
-    (out / "last.safetensors").unlink(missing_ok=True)
+    if not keep:
+        (out / "last.safetensors").unlink(missing_ok=True)
     return rec
 
 

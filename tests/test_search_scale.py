@@ -145,3 +145,24 @@ def test_a_sitting_on_one_objective_keeps_the_others_in_the_ladder(scale, tmp_pa
     ladder = json.loads((tmp_path / "l.json").read_text())["objectives"]
     assert set(ladder) == {"barlow", "simclr"} and ladder["simclr"]["axes"]["data"]["margin"] == pytest.approx(1.0)
     assert ladder["simclr"]["proxy"]["margin"] == pytest.approx(2.0)
+
+
+def test_with_criteria_each_new_run_records_what_a_verdict_on_its_backbone_compares(scale, tmp_path):
+    data, out = _data(tmp_path), tmp_path / "ladder"
+    search = tmp_path / "searches" / "barlow" / "search"
+    search.mkdir(parents=True)
+    settings = {"objective": "barlow", "data": str(data / "cifar10_train_10k.npz"), "test": str(data / "cifar10_test.npz"),
+                "n_train": 256, "batch_size": 64, "probe_train": 128, "probe_test": 64, "orbit_images": 8,
+                "families": ["hue"], "screen_batch": 64, "seed": 2, "score": "theory"}
+    (search / "search.json").write_text(json.dumps({"settings": settings}))
+    argv = ["--transfer", str(_transfer(tmp_path / "t.json")), "--objective", "barlow", "--axes", "width_w32",
+            "--seeds", "0", "--epochs", "1", "--data-dir", str(data), "--out", str(out), "--results", str(tmp_path / "r.json"),
+            "--plot", "", "--ladder", "", "--criteria", str(tmp_path / "searches")]
+    assert scale.main(argv) == 0
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    rc = benchmark_module("run_criteria")
+    for r in runs:
+        assert set(r["criteria"]) == set(rc.KEYS) and 0.0 <= r["criteria"]["score"] <= 1.0
+        assert not (out / "width_w32" / "barlow" / f"{r['label']}_s0" / "last.safetensors").exists()
+    runner = scale._RUNNERS["barlow", "resnet18_w32"]                  # measured on the run's backbone, d = 256
+    assert runner.inputs.in_dim == 256 and runner.cfg.probe_test == 64 and runner.cfg.seed == 2

@@ -262,7 +262,7 @@ class TrialRunner:
         finally:
             if not self.cfg.keep_checkpoints and (steps is None or (out / "summary.json").is_file()):
                 (out / LAST).unlink(missing_ok=True)
-        crit, comps = self._criteria(result.model, result.teacher, result.objective)
+        crit, comps = self.criteria(result.model, result.teacher, result.objective)
         value = crit["knn_backbone"] if self.cfg.score == "knn" else crit["score"]
         return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "value": value, "steps_trained": result.steps}
 
@@ -289,7 +289,7 @@ class TrialRunner:
         """The trained criteria (with the score) and the score's components of the trained
         ``model`` (and EMA ``teacher``), recorded as user attributes."""
         try:
-            crit, comps = self._criteria(model, teacher, objective)
+            crit, comps = self.criteria(model, teacher, objective)
         except TrialDiverged as exc:
             raise _fail(trial, str(exc)) from None
         for k, v in {**crit, **{f"score_{k}": v for k, v in comps.items()}}.items():
@@ -297,9 +297,10 @@ class TrialRunner:
         return crit, comps
 
 
-    def _criteria(self, model: Any, teacher: Any, objective: Any) -> tuple[dict[str, float], dict[str, float]]:
+    def criteria(self, model: Any, teacher: Any, objective: Any) -> tuple[dict[str, float], dict[str, float]]:
         """The trained criteria of ``model`` (and EMA ``teacher``) with the score, and the
-        score's components; raises :class:`TrialDiverged` for non-finite ones."""
+        score's components, on the search's probe images, orbits and views (what a trial and the
+        verdict record); raises :class:`TrialDiverged` for non-finite ones."""
         crit = trained_criteria(
             model.backbone, model.head, objective, self.inputs.eval_inputs,
             predictor=model.predictor if objective.needs_predictor else None,

@@ -1,0 +1,88 @@
+"""What a verdict on the user's backbone would compare: the search's label-free criteria and
+theory score of trained runs, on the search's probe split.
+
+``geohead search --confirm-backbone`` re-trains the pick and the published head on the user's
+backbone and compares them by backbone kNN on the search's probe split and, where it has no
+labels, by the theory score alone (:mod:`geohead.search.verdict`). The scale ladder
+(benchmarks/search_scale.py) trains the same two heads on the wider backbones; this measures each
+of its trained runs as a verdict's run is measured (:meth:`TrialRunner.criteria`: the same probe
+images, orbits and views as the search whose settings ``--search`` names), so that the ladder
+says whether the score sees a margin that turns with width: does the score's margin have the
+sign of the backbone's linear-probe margin on the test set?
+
+Run: ``python benchmarks/run_criteria.py --search runs/search_transfer34/simclr/search --backbone
+resnet18_cifar --run pick=PICK.safetensors --run published=PUB.safetensors`` (or, from
+search_scale.py, :func:`measure_run` on each run's checkpoint before it is deleted).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: what each run records: the theory score, its components and the search's probe-split kNN
+KEYS = ("score", "score_rankme", "score_conditioning", "score_fisher_erank", "knn_backbone", "rankme_backbone_frac")
+
+
+def search_runner(settings: dict[str, Any], backbone: str | None = None) -> Any:
+    """A TrialRunner for the search of ``settings`` (a search.json's ``settings``: its data, probe
+    sizes, orbits, seed, score), on ``backbone`` when given: the inputs its trials are measured on."""
+    from geohead.search import SearchConfig
+    from geohead.search.inputs import prepare_trial_inputs
+    from geohead.search.trial import TrialRunner
+
+    fields = {f.name for f in dataclasses.fields(SearchConfig)}
+    kept = {k: tuple(v) if isinstance(v, list) else v for k, v in settings.items() if k in fields}
+    cfg = SearchConfig(**{**kept, "backbone": backbone or kept.get("backbone")}, timeout=None, progress=False)
+    return TrialRunner(cfg, prepare_trial_inputs(cfg, lambda s: None), lambda s: None)
+
+
+def measure_run(checkpoint: Path, runner: Any) -> dict[str, float]:
+    """The criteria (:data:`KEYS`, and every other the trials record) of the run that wrote
+    ``checkpoint``, measured as the search's trials and verdict runs are."""
+    from geohead.search.score import fisher_erank
+    from geohead.training.model import load_trained
+
+    tm = load_trained(checkpoint, runner.inputs.device)
+    t0 = time.perf_counter()
+    crit, comps = runner.criteria(tm.model, tm.teacher, tm.objective)
+    comps["fisher_erank"] = fisher_erank(crit.get("fisher_effective_rank", float("nan")), crit["dim_backbone"])
+    return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "criteria_seconds": time.perf_counter() - t0}
+
+
+def margins(measured: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Pick minus published for each of :data:`KEYS` both runs recorded."""
+    a, b = measured["pick"], measured["published"]
+    return {k: a[k] - b[k] for k in KEYS if k in a and k in b}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--search", required=True, help="a search folder: its search.json's settings")
+    p.add_argument("--backbone", default=None, help="the runs' backbone (default: the search's)")
+    p.add_argument("--run", action="append", required=True, metavar="LABEL=CHECKPOINT",
+                   help="pick=... and published=... (each a run's last.safetensors)")
+    p.add_argument("--results", default=None, help="write the measures here (JSON)")
+    args = p.parse_args(argv)
+    runs = dict(r.split("=", 1) for r in args.run)
+    if set(runs) != {"pick", "published"}:
+        p.error(f"--run needs pick=... and published=..., got {sorted(runs)}")
+    settings = json.loads((Path(args.search) / "search.json").read_text())["settings"]
+    runner = search_runner(settings, args.backbone)
+    measured = {label: measure_run(Path(path), runner) for label, path in runs.items()}
+    rec = {"search": args.search, "backbone": args.backbone, "runs": runs, "measured": measured,
+           "margin": margins(measured)}
+    if args.results:
+        Path(args.results).write_text(json.dumps(rec, indent=2) + "\n")
+    print("| measure | pick | published | pick - published |\n|---|---|---|---|")
+    for k, m in rec["margin"].items():
+        print(f"| {k} | {measured['pick'][k]:.4f} | {measured['published'][k]:.4f} | {m:+.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
