@@ -34,7 +34,7 @@ from typing import Any, Callable, TextIO
 
 import torch
 
-from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, auto_workers
+from geohead.search.config import BUILTIN_DATA, SearchConfig, SearchError, auto_workers, base_train_config
 from geohead.search.criteria import TrialDiverged
 from geohead.search.escape import describe_criterion
 from geohead.search.inputs import TrialInputs, prepare_trial_inputs
@@ -77,8 +77,9 @@ def check_data(cfg: SearchConfig) -> None:
 
 def verdict_backbone(cfg: SearchConfig, base: dict[str, Any]) -> tuple[dict[str, Any], int] | None:
     """The ``backbone`` section the verdict's runs train with ``cfg.confirm_backbone`` (its name,
-    built with its own default arguments; the search's other backbone keys) and that backbone's d;
-    None without it. Builds the backbone once, so a bad name fails before anything is written."""
+    built with its own default arguments; the other backbone keys of ``base``, the search's training
+    config) and that backbone's d; None without it. Builds the backbone once, so a bad name fails
+    before anything is written."""
     if cfg.confirm_backbone is None:
         return None
     import copy
@@ -135,8 +136,8 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     if cfg.workers == "auto":
         cfg = dataclasses.replace(cfg, workers=auto_workers(cfg.device))
         say(f"--workers auto: {cfg.workers} worker process(es)")
+    confirm = verdict_backbone(cfg, base_train_config(cfg, cfg.batch_size)[0])  # a bad name fails before the data
     inputs = prepare_and_describe(cfg, say)  # the backbone built, the data prepared: nothing written yet
-    confirm = verdict_backbone(cfg, inputs.base)
     out = cfg.out_dir
     url = storage_url(cfg.storage, out)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
