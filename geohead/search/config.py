@@ -48,6 +48,10 @@ def auto_workers(device: str, n_cpu: int | None = None, n_cuda: int | None = Non
     return max(1, min(4, n_cpu))
 
 
+#: The longest backbone name a search takes (timm's longest are under 80 characters).
+MAX_NAME = 200
+
+
 @dataclasses.dataclass
 class SearchConfig:
     """Settings of ``geohead search`` (the defaults are the README's CPU command).
@@ -257,8 +261,10 @@ class SearchConfig:
         if self.confirm_epochs is not None:
             if isinstance(self.confirm_epochs, bool) or not isinstance(self.confirm_epochs, int) or self.confirm_epochs < 1:
                 raise SearchError(f"--confirm-epochs must be a positive integer, got {self.confirm_epochs!r}")
-        if self.confirm_backbone is not None and not (isinstance(self.confirm_backbone, str) and self.confirm_backbone):
-            raise SearchError(f"--confirm-backbone must be a backbone name, got {self.confirm_backbone!r}")
+        for flag, name in (("--backbone", self.backbone), ("--confirm-backbone", self.confirm_backbone)):
+            if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_NAME):
+                shown = f"{len(name):,} characters" if isinstance(name, str) and name else repr(name)
+                raise SearchError(f"{flag} must be a backbone name of 1 to {MAX_NAME} characters, got {shown}")
         own = [(flag, value) for flag, value in (("--confirm-epochs", self.confirm_epochs),
                                                  ("--confirm-backbone", self.confirm_backbone)) if value is not None]
         if own and self.confirm_seeds < 2:
