@@ -230,7 +230,8 @@ def test_a_verdict_at_the_users_schedule_trains_it_records_it_and_resumes(tmp_pa
     assert stored["steps_trained"] == steps and json.loads((folder / "config.json").read_text())["optim"]["max_steps"] == steps
     found_on = json.loads((out / "best_head.json").read_text())["found_on"]
     assert found_on["verdict_epochs"] == 2.0 and found_on["steps"] == 2
-    assert "the verdict's runs 2 epochs" in res.table and "(2 epochs of 256 images each)" in res.table
+    assert "2 steps (0.5 epochs) of 256 images; the verdict's runs 2 epochs; " in res.table
+    assert "(2 epochs of 256 images each)" in res.table
     # a run killed after its last checkpoint resumes there: no step is trained again, the measures are equal
     (folder / "result.json").unlink()
     lines = (folder / "metrics.jsonl").read_text()
@@ -260,7 +261,7 @@ def test_a_verdict_on_the_users_backbone_trains_both_heads_rescaled_there(tmp_pa
     found_on = json.loads((out / "best_head.json").read_text())["found_on"]
     assert (found_on["backbone"], found_on["d"], found_on["verdict_backbone"], found_on["verdict_d"]) == (
         "resnet18_w16", 128, "resnet18_w32", 256)
-    assert "the verdict's runs on resnet18_w32 (d=256)" in res.table and "(2 steps on resnet18_w32 (d=256) each)" in res.table
+    assert "of 256 images; the verdict's runs on resnet18_w32 (d=256); " in res.table and "(2 steps on resnet18_w32 (d=256) each)" in res.table
     assert ("re-check data and budget first (the verdict trained on d=256, your backbone; --confirm-epochs trains the "
             "verdict at your budget)") in res.table                  # width is off the axes to re-check
     alone = tmp_path / "alone"                                # the published head is the only head: nothing re-trained

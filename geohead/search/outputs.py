@@ -216,12 +216,12 @@ def _proxy_line(proxy: dict[str, Any] | None) -> str:
 
     if not proxy:
         return ""
-    verdict = f", the verdict's runs {proxy['verdict_epochs']:g} epochs" if proxy.get("verdict_epochs") else ""
-    if proxy.get("verdict_backbone"):
-        verdict += (", the verdict's runs" if not verdict else "") + f" on {proxy['verdict_backbone']} (d={proxy['verdict_d']})"
+    own = ([f"{proxy['verdict_epochs']:g} epochs"] if proxy.get("verdict_epochs") else []) + (
+        [f"on {proxy['verdict_backbone']} (d={proxy['verdict_d']})"] if proxy.get("verdict_backbone") else [])
+    verdict = f"; the verdict's runs {' '.join(own)}" if own else ""
     advice = recheck(proxy.get("objective", ""), None, proxy.get("verdict_epochs"), proxy.get("verdict_d"))
     return (f"\ndecided on: {proxy['backbone']} (d={proxy['d']}), {proxy['steps']} steps ({proxy['epochs']:.1f} epochs)"
-            f"{verdict} of {proxy['n_train']:,} images; {advice}")
+            f" of {proxy['n_train']:,} images{verdict}; {advice}")
 
 
 __all__ = ["best_trial", "format_table", "write_outputs"]
