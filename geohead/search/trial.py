@@ -245,12 +245,12 @@ class TrialRunner:
                      backbone: dict[str, Any] | None = None) -> dict[str, float]:
         """Train ``spec`` for ``max_steps`` (no rungs; or ``steps``, a schedule of its own; on
         ``backbone``, a training config's backbone section, instead of the search's, with ``spec``
-        already at its d) with every
-        seeded choice (backbone init, batches, views) drawn from ``seed`` in ``out``, and return its
-        trained criteria with the score, the score's components (``score_*``) and the objective
-        ``value`` a trial would return (the score, or kNN accuracy with ``score="knn"``; the score
-        with ``multi``). A run of its own schedule checkpoints ten times, resumes from ``out`` and shows
-        its progress (with ``progress``): it may be the user's full schedule."""
+        already at its d) with every seeded choice (backbone init, batches, views) drawn from
+        ``seed`` in ``out``, and return its trained criteria with the score, the score's components
+        (``score_*``) and the objective ``value`` a trial would return (the score, or kNN accuracy
+        with ``score="knn"``; the score with ``multi``). A run of its own schedule checkpoints ten
+        times, resumes from ``out`` and shows its progress (with ``progress``): it may be the user's
+        full schedule."""
         from geohead.training.loop import TrainingDiverged, train
 
         cfg = self._train_config(out, spec, seed, steps, backbone)
