@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
 #: what each run records: the theory score, its components and the search's probe-split kNN
 KEYS = ("score", "score_rankme", "score_conditioning", "score_fisher_erank", "knn_backbone", "rankme_backbone_frac")
 
