@@ -12,16 +12,22 @@ sign of the backbone's linear-probe margin on the test set?
 
 Run: ``python benchmarks/run_criteria.py --search runs/search_transfer34/simclr/search --backbone
 resnet18_cifar --run pick=PICK.safetensors --run published=PUB.safetensors`` (or, from
-search_scale.py, :func:`measure_run` on each run's checkpoint before it is deleted).
+search_scale.py, :func:`measure_run` on each run's checkpoint before it is deleted). Where the
+search's folder is lost but its record kept, ``--search FOLDER --rebuild OBJECTIVE`` writes the
+search.json its settings come from (:func:`rebuild_search`).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import search_transfer as st  # noqa: E402
 
 #: what each run records: the theory score, its components and the search's probe-split kNN
 KEYS = ("score", "score_rankme", "score_conditioning", "score_fisher_erank", "knn_backbone", "rankme_backbone_frac")
@@ -53,6 +59,24 @@ def measure_run(checkpoint: Path, runner: Any) -> dict[str, float]:
     return {**crit, **{f"score_{k}": v for k, v in comps.items()}, "criteria_seconds": time.perf_counter() - t0}
 
 
+def rebuild_search(folder: Path, objective: str, seed: int, score: str, data_dir: Path, scale: str = "cpu") -> dict[str, Any]:
+    """Write ``folder/search.json`` with the settings (``SearchConfig.identity``) of
+    search_transfer.py's search of ``objective`` at ``seed`` with ``score`` (its ``scale``), the
+    search that wrote ``folder``: what :func:`search_runner` needs where only the search's record,
+    not its folder, was kept. Its trials are not rerun; an existing search.json is never
+    replaced. Returns the settings."""
+    if (folder / "search.json").exists():
+        raise FileExistsError(f"{folder / 'search.json'} exists; rebuild only a lost search's settings")
+    data = {"train": str(data_dir / "cifar10_train_10k.npz"), "test": str(data_dir / "cifar10_test.npz")}
+    cfg = st.search_config(objective, folder.parents[1], data, seed, st.SCALES[scale], None, None, score=score)
+    if Path(cfg.out) != folder:
+        raise ValueError(f"--search must be <out>/{objective}/search, got {folder}")
+    settings = cfg.identity()
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "search.json").write_text(json.dumps({"settings": settings, "rebuilt": True}, indent=2) + "\n")
+    return settings
+
+
 def margins(measured: dict[str, dict[str, float]]) -> dict[str, float]:
     """Pick minus published for each of :data:`KEYS` both runs recorded."""
     a, b = measured["pick"], measured["published"]
@@ -63,10 +87,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--search", required=True, help="a search folder: its search.json's settings")
     p.add_argument("--backbone", default=None, help="the runs' backbone (default: the search's)")
-    p.add_argument("--run", action="append", required=True, metavar="LABEL=CHECKPOINT",
+    p.add_argument("--run", action="append", default=[], metavar="LABEL=CHECKPOINT",
                    help="pick=... and published=... (each a run's last.safetensors)")
     p.add_argument("--results", default=None, help="write the measures here (JSON)")
+    p.add_argument("--rebuild", default=None, metavar="OBJECTIVE", help="instead: write --search's lost search.json, "
+                   "the settings of search_transfer.py's search of OBJECTIVE (--seed, --score, --scale)")
+    p.add_argument("--seed", type=int, default=2, help="with --rebuild (default 2, runs/search_transfer34's)")
+    p.add_argument("--scale", choices=sorted(st.SCALES), default="cpu", help="with --rebuild")
+    p.add_argument("--score", default="theory", help="with --rebuild")
+    p.add_argument("--data-dir", default=str(st.SHARED), help="with --rebuild")
     args = p.parse_args(argv)
+    if args.rebuild:
+        rebuild_search(Path(args.search), args.rebuild, args.seed, args.score, Path(args.data_dir), args.scale)
+        return 0
     runs = dict(r.split("=", 1) for r in args.run)
     if set(runs) != {"pick", "published"}:
         p.error(f"--run needs pick=... and published=..., got {sorted(runs)}")

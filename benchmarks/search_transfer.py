@@ -75,27 +75,35 @@ CRITERIA = ("score", "score_rankme", "score_uniformity", "score_invariance", "sc
 # ---------------------------------------------------------------------- the search
 def run_the_search(objective: str, out: Path, data: dict[str, str], seed: int, scale: dict[str, Any],
                    timeout: float | None, backbone: str | None, trials: int | None = None, **settings: Any) -> Path:
-    """Run (or reuse, when its search.json exists) the search; return its folder. ``trials``:
-    stop at that many distinct heads instead of at the timeout (a result that does not depend on
-    how busy the machine is); ``settings``: other SearchConfig fields (e.g. ``escape=False``)."""
-    from geohead.search import SearchConfig, run_search
+    """Run (or reuse, when its search.json exists) the search of :func:`search_config`; return its folder."""
+    from geohead.search import run_search
 
     folder = out / objective / "search"
     if (folder / "search.json").is_file():
         print(f"[{objective}] reusing the search in {folder}", flush=True)
         return folder
-    kw = dict(scale["search"]) | settings
-    if timeout is not None:
-        kw["timeout"] = timeout
-    if trials is not None:
-        kw.update(trials=trials, timeout=None)
-    cfg = SearchConfig(objective=objective, data=data["train"], test=data["test"], out=str(folder), seed=seed,
-                       backbone=backbone, progress=False, **kw).validate()
+    cfg = search_config(objective, out, data, seed, scale, timeout, backbone, trials, **settings)
     t0 = time.perf_counter()
     res = run_search(cfg)
     print(res.table, flush=True)
     print(f"[{objective}] search: {time.perf_counter() - t0:.0f} s", flush=True)
     return folder
+
+
+def search_config(objective: str, out: Path, data: dict[str, str], seed: int, scale: dict[str, Any],
+                  timeout: float | None, backbone: str | None, trials: int | None = None, **settings: Any) -> Any:
+    """The SearchConfig of the search in ``out/<objective>/search``. ``trials``: stop at that many
+    distinct heads instead of at the timeout (a result that does not depend on how busy the
+    machine is); ``settings``: other SearchConfig fields (e.g. ``escape=False``)."""
+    from geohead.search import SearchConfig
+
+    kw = dict(scale["search"]) | settings
+    if timeout is not None:
+        kw["timeout"] = timeout
+    if trials is not None:
+        kw.update(trials=trials, timeout=None)
+    return SearchConfig(objective=objective, data=data["train"], test=data["test"], out=str(out / objective / "search"),
+                        seed=seed, backbone=backbone, progress=False, **kw).validate()
 
 
 def candidates(folder: Path, top_k: int) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:

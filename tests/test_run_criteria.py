@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from conftest import benchmark_module
 
@@ -32,3 +33,26 @@ def test_a_verdict_runs_checkpoint_measures_as_the_verdict_recorded_it(tmp_path)
     assert set(rec["margin"]) == set(bench.KEYS)
     with pytest.raises(SystemExit):
         bench.main(["--search", str(search), "--run", "pick=x"])
+
+
+def test_a_lost_search_json_is_rebuilt_with_the_settings_its_search_recorded(tmp_path) -> None:
+    bench = benchmark_module("run_criteria")
+    st = bench.st
+    rng = np.random.default_rng(0)
+    for name, n in (("cifar10_train_10k.npz", 256), ("cifar10_test.npz", 64)):
+        np.savez(tmp_path / name, images=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+                 labels=np.arange(n) % 10, classes=np.array([str(i) for i in range(10)]))
+    data = {"train": str(tmp_path / "cifar10_train_10k.npz"), "test": str(tmp_path / "cifar10_test.npz")}
+    ran = st.run_the_search("barlow", tmp_path / "ran", data, 2, st.SCALES["smoke"], None, None, trials=1, score="theory")
+    recorded = json.loads((ran / "search.json").read_text())["settings"]
+    lost = tmp_path / "lost" / "barlow" / "search"
+    argv = ["--search", str(lost), "--rebuild", "barlow", "--seed", "2", "--scale", "smoke", "--data-dir", str(tmp_path)]
+    assert bench.main(argv) == 0
+    assert json.loads((lost / "search.json").read_text())["settings"] == recorded
+    with pytest.raises(FileExistsError):
+        bench.main(argv)                                    # a search.json is never replaced
+    other = argv.copy()
+    other[1] = str(tmp_path / "lost" / "simclr")
+    with pytest.raises(ValueError, match="<out>/barlow/search"):
+        bench.main(other)
+    assert not (tmp_path / "lost" / "simclr").exists()
