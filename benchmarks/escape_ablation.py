@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--screened", action="store_true",
                     help="also re-train (first seed) the heads the constraint pruned that completed without it")
     args = ap.parse_args(argv)
-    data = {"train": str(Path(args.data_dir) / "cifar10_train_10k.npz"), "test": str(Path(args.data_dir) / "cifar10_test.npz")}
+    data = st.cifar_files(args.data_dir)
     on_folder = Path(args.transfer) / args.objective / "search"
     if not (on_folder / "search.json").is_file():
         print(f"error: {on_folder} holds no finished search; run search_transfer.py for {args.objective} first",

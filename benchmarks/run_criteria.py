@@ -67,8 +67,7 @@ def rebuild_search(folder: Path, objective: str, seed: int, score: str, data_dir
     replaced. Returns the settings."""
     if (folder / "search.json").exists():
         raise FileExistsError(f"{folder / 'search.json'} exists; rebuild only a lost search's settings")
-    data = {"train": str(data_dir / "cifar10_train_10k.npz"), "test": str(data_dir / "cifar10_test.npz")}
-    cfg = st.search_config(objective, folder.parents[1], data, seed, st.SCALES[scale], None, None, score=score)
+    cfg = st.search_config(objective, folder.parents[1], st.cifar_files(data_dir), seed, st.SCALES[scale], None, None, score=score)
     if Path(cfg.out) != folder:
         raise ValueError(f"--search must be <out>/{objective}/search, got {folder}")
     settings = cfg.identity()

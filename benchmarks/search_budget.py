@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=str(RESULTS / "search_budget_cpu.json"))
     ap.add_argument("--plot", default=str(ROOT / "docs" / "search_budget.png"))
     args = ap.parse_args(argv)
-    data = {"train": str(Path(args.data_dir) / "cifar10_train_10k.npz"),
-            "test": str(Path(args.data_dir) / "cifar10_test.npz")}
+    data = st.cifar_files(args.data_dir)
     if not all(Path(p).is_file() for p in data.values()):
         print(f"error: {args.data_dir} lacks cifar10_train_10k.npz / cifar10_test.npz", file=sys.stderr)
         return 2

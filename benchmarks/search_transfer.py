@@ -72,6 +72,11 @@ CRITERIA = ("score", "score_rankme", "score_uniformity", "score_invariance", "sc
             "screen_heff_stable_rank", "knn_backbone")
 
 
+def cifar_files(data_dir: str | Path) -> dict[str, str]:
+    """``{"train", "test"}``: the CIFAR-10 10k training and the test file in ``data_dir``."""
+    return {"train": str(Path(data_dir) / "cifar10_train_10k.npz"), "test": str(Path(data_dir) / "cifar10_test.npz")}
+
+
 # ---------------------------------------------------------------------- the search
 def run_the_search(objective: str, out: Path, data: dict[str, str], seed: int, scale: dict[str, Any],
                    timeout: float | None, backbone: str | None, trials: int | None = None, **settings: Any) -> Path:
@@ -362,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name, None) is None:
             setattr(args, name, scale[key])
     data_dir = Path(args.data_dir)
-    data = {"train": str(data_dir / "cifar10_train_10k.npz"), "test": str(data_dir / "cifar10_test.npz")}
+    data = cifar_files(data_dir)
     if not all(Path(p).is_file() for p in data.values()):
         print(f"error: {data_dir} lacks cifar10_train_10k.npz / cifar10_test.npz (see ../shared/data/README.md)", file=sys.stderr)
         return 2
