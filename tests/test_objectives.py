@@ -202,6 +202,16 @@ def test_registry_and_errors() -> None:
     with pytest.raises(ValueError, match="uses no predictor"):
         BarlowTwins().make_predictor(8)
 
+    # a k x k loss bounds the head's output width k; the others do not form that matrix
+    from geohead.objectives.base import MAX_SQUARE_DIM
+
+    for name in ("barlow", "vicreg"):
+        OBJECTIVES[name].check_out_dim(MAX_SQUARE_DIM)
+        with pytest.raises(ValueError, match="out_dim 32,769 needs 4 GiB for each; give an out_dim of at most 32,768"):
+            OBJECTIVES[name].check_out_dim(MAX_SQUARE_DIM + 1)
+    OBJECTIVES["simclr"].check_out_dim(1 << 20)
+    assert [n for n, o in OBJECTIVES.items() if o.square_dim] == ["barlow", "vicreg"]
+
 
 def test_predictors_have_paper_shapes() -> None:
     pred = BYOL().make_predictor(256)

@@ -34,6 +34,7 @@ class BarlowTwins(Objective):
     """
 
     name = "barlow"
+    square_dim = True
     head_preset = "barlow"
 
     def __init__(self, lambd: float = 0.0051, eps: float = 1e-5) -> None:

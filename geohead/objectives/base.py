@@ -53,6 +53,10 @@ def check_pair(a: Tensor, b: Tensor, name: str, min_batch: int = 1) -> None:
         raise ValueError(f"{name} needs a batch of at least {min_batch} samples, got {a.shape[0]}")
 
 
+#: the widest head output a k x k loss takes (a 32768² fp32 matrix is 4 GiB; the published heads are 8192 wide)
+MAX_SQUARE_DIM = 1 << 15
+
+
 class Objective(nn.Module):
     """Base class: see the module docstring for the ``loss``/``forward`` contract.
 
@@ -68,6 +72,8 @@ class Objective(nn.Module):
         concat_views: views of one resolution go through the backbone as one batch (DINO's
             multi-crop wrapper); otherwise each view is its own batch (its own BN statistics).
         target_views: how many views the EMA teacher sees (DINO: the 2 global crops; None: all).
+        square_dim: the loss forms a k × k matrix of the head's output width k (Barlow Twins'
+            cross-correlation, VICReg's covariance), so k is bounded by :data:`MAX_SQUARE_DIM`.
     """
 
     name: ClassVar[str] = ""
@@ -78,6 +84,7 @@ class Objective(nn.Module):
     cosine: ClassVar[bool] = False
     concat_views: ClassVar[bool] = False
     target_views: ClassVar[int | None] = None
+    square_dim: ClassVar[bool] = False
 
     @property
     def needs_predictor(self) -> bool:
@@ -88,6 +95,15 @@ class Objective(nn.Module):
         """The constructor's keyword arguments ``args`` completed for a head of output width
         ``head_out_dim`` (DINO: the number of prototypes); ``ValueError`` where they disagree."""
         return dict(args)
+
+    @classmethod
+    def check_out_dim(cls, head_out_dim: int) -> None:
+        """``ValueError`` when the loss forms a k × k matrix (:attr:`square_dim`) of a head output
+        width k over :data:`MAX_SQUARE_DIM`, before any of it is allocated."""
+        if cls.square_dim and head_out_dim > MAX_SQUARE_DIM:
+            gib = 4 * head_out_dim ** 2 / 2 ** 30
+            raise ValueError(f"{cls.name}'s loss forms a k x k matrix of the head's output width: out_dim "
+                             f"{head_out_dim:,} needs {gib:,.0f} GiB for each; give an out_dim of at most {MAX_SQUARE_DIM:,}")
 
     def batch_loss(self, embs: Sequence[Tensor], preds: Sequence[Tensor], target: Sequence[Tensor] | None) -> Tensor:
         """The method's loss on one batch: the student's embeddings ``embs`` and predictions

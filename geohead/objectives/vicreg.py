@@ -40,6 +40,7 @@ class VICReg(Objective):
     """
 
     name = "vicreg"
+    square_dim = True
     head_preset = "vicreg"
 
     def __init__(

@@ -83,7 +83,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_objective(cfg: TrainConfig, head_spec: HeadSpec) -> Objective:
-    """The objective of ``cfg`` with its arguments completed for the head (``args_for_head``)."""
+    """The objective of ``cfg`` with its arguments completed for the head (``args_for_head``);
+    ``ValueError`` for a head output its loss cannot take (``check_out_dim``)."""
+    OBJECTIVES[cfg.objective].check_out_dim(head_spec.output_dim)
     args = OBJECTIVES[cfg.objective].args_for_head(cfg.objective_args, head_spec.output_dim)
     return get_objective(cfg.objective, **args)
 
@@ -103,6 +105,7 @@ def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadS
     ``cfg``, on the CPU. Parameters are drawn from torch's global generator (seed it first)."""
     backbone = build_backbone(cfg)
     head_spec = cfg.head.resolve(cfg.objective, backbone.num_features)
+    objective = build_objective(cfg, head_spec)  # first: it refuses a head its loss cannot take
     head = GeometricHead.from_spec(head_spec)
     if cfg.head.init_scale != 1.0:  # e.g. the paper's pseudo-collapsed start (Fig. 3): weights x 0.1
         with torch.no_grad():
@@ -111,7 +114,6 @@ def build_models(cfg: TrainConfig) -> tuple[SSLModel, Objective, HeadSpec, HeadS
                     m.weight.mul_(cfg.head.init_scale)
     pred_spec = cfg.head.resolve_predictor(cfg.objective, head_spec.output_dim)
     predictor = GeometricHead.from_spec(pred_spec) if pred_spec is not None else None
-    objective = build_objective(cfg, head_spec)
     model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
     return model, objective, head_spec, pred_spec
 
