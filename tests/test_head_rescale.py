@@ -55,9 +55,13 @@ def test_found_on_round_trips_beside_the_spec(tmp_path):
 @pytest.mark.parametrize("found_on, match", [
     ([1, 2], "must be a JSON object"),
     ({"checkpoint_path": "/etc/passwd"}, "unknown found_on key"),
-    ({"d": [128]}, "must be a number or a short string"),
-    ({"data": "x" * 201}, "must be a number or a short string"),
-    ({"d": True}, "must be a number or a short string"),
+    ({"d": [128]}, "found_on.d must be a finite number >= 0"),
+    ({"d": "wide"}, "found_on.d must be a finite number >= 0"),
+    ({"epochs": -1}, "found_on.epochs must be a finite number >= 0"),
+    ({"n_train": float("inf")}, "found_on.n_train must be a finite number >= 0"),
+    ({"data": "x" * 201}, "found_on.data must be a name of at most 200 characters"),
+    ({"backbone": 5}, "found_on.backbone must be a name"),
+    ({"d": True}, "found_on.d must be a finite number >= 0"),
 ])
 def test_a_bad_found_on_is_refused(tmp_path, found_on, match):
     d = HeadSpec(in_dim=8, out_dim=4).to_dict() | {"found_on": found_on}
@@ -114,3 +118,39 @@ def test_a_verdict_on_the_users_backbone_counts_as_the_width_it_was_decided_on(t
     assert note == ("head: " + str(checked) + " was found on d=32 features; this backbone gives d=128, so its widths "
                     "keep the same multiples of d: linear 32->128 last_norm=batch whiten=none -> linear 128->512 "
                     "last_norm=batch whiten=none")                       # rescaled, but width is not left to re-check
+
+
+def test_a_run_on_the_whole_training_set_counts_its_images_against_the_proxys(tmp_path):
+    import dataclasses
+
+    from geohead.commands.train import _rescale_note
+    from geohead.training.config import load_recipe
+
+    spec = HeadSpec(in_dim=128, out_dim=512, depth=1, activation="identity", norm=None, last_norm="batch")
+    path = tmp_path / "best_head.json"
+    spec.to_json(path, found_on={"d": 128, "steps": 100, "epochs": 6.0, "n_train": 2000})
+    cfg = load_recipe(ROOT / "geohead" / "recipes" / "barlow_shapes_cpu.toml", [f'head.file="{path}"'])
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, n_train=None))    # shapes: 10,000 by default
+    assert "2,000 images; this run is bigger on data: re-check" in _rescale_note(cfg, str(path))
+
+
+@pytest.mark.parametrize("case", ["unknown backbone", "rescaled over the width limit", "too wide for a k x k loss"])
+def test_train_with_a_head_fails_cleanly_before_training(tmp_path, case):
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    path = tmp_path / "best_head.json"
+    args = ["train", "barlow_shapes_cpu", "--head", str(path), "--out", str(tmp_path / "run"), "--set", "optim.max_steps=1"]
+    if case == "unknown backbone":
+        HeadSpec(in_dim=128, out_dim=512, depth=1, activation="identity", norm=None).to_json(path, found_on={"d": 128})
+        args += ["--set", 'backbone.name="resnet18_nosuch"']
+        match = "resnet18_nosuch"
+    elif case == "rescaled over the width limit":  # found on d = 16 at 2^18 wide: on d = 128 that is 2^21 > MAX_DIM
+        HeadSpec(in_dim=16, out_dim=1 << 18, depth=1, activation="identity", norm=None).to_json(path)
+        match = "out_dim"
+    else:              # 2^20 on d = 128 is within MAX_DIM, but Barlow Twins' 2^20 x 2^20 matrix is 4 TiB
+        HeadSpec(in_dim=16, out_dim=1 << 17, depth=1, activation="identity", norm=None).to_json(path)
+        match = "out_dim 1,048,576 needs 4,096 GiB for each; give an out_dim of at most 32,768"
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output, r.output

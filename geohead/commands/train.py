@@ -44,11 +44,10 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
     from geohead.training.loop import TrainingDiverged, train as run_training
 
     click.echo(f"geohead train: {cfg.objective} on {cfg.data.name} -> {cfg.out_dir}", err=True)
-    if head_file:
-        note = _rescale_note(cfg, head_file)
+    try:
+        note = _rescale_note(cfg, head_file) if head_file else None
         if note:
             click.echo(note, err=True)
-    try:
         result = run_training(cfg, overwrite=overwrite)
     except TrainingDiverged as exc:
         click.echo(f"Error: training diverged: {exc}", err=True)
@@ -77,8 +76,13 @@ def _rescale_note(cfg, head_file: str) -> str | None:
                      f"widths keep the same multiples of d: {found.describe()} -> {found.rescale(d).describe()}")
     epochs = proxy.get("verdict_epochs") or proxy.get("epochs")  # a verdict at its own schedule decided there
     width = proxy.get("verdict_d") or proxy.get("d")  # and one on a backbone of its own, at that width
+    images = cfg.data.n_train
+    if images is None and proxy.get("n_train") is not None:  # the whole training set: count it
+        from geohead.training.model import training_data
+
+        images = len(training_data(cfg))
     differs = [axis for axis, theirs, ours in (("width", width, d), ("budget", epochs, cfg.optim.epochs),
-                                             ("data", proxy.get("n_train"), cfg.data.n_train))
+                                             ("data", proxy.get("n_train"), images))
                if theirs is not None and ours is not None and float(ours) > 1.5 * float(theirs)]
     if differs:
         from geohead.search.ladder import findings

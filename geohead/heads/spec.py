@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -235,6 +236,8 @@ class HeadSpec:
 #: they trained on a backbone of their own.
 FOUND_ON_KEYS = ("backbone", "d", "steps", "epochs", "n_train", "batch_size", "data", "objective", "verdict_epochs",
                  "verdict_backbone", "verdict_d")
+#: the found_on keys that hold names (the others hold sizes: finite numbers >= 0)
+_FOUND_ON_NAMES = ("backbone", "data", "objective", "verdict_backbone")
 
 
 def check_found_on(found_on: Any) -> dict[str, Any] | None:
@@ -247,9 +250,11 @@ def check_found_on(found_on: Any) -> dict[str, Any] | None:
     for k, v in found_on.items():
         if k not in FOUND_ON_KEYS:
             raise SpecError(f"unknown found_on key {_short(k)}; valid keys are {list(FOUND_ON_KEYS)}")
-        plain = (isinstance(v, (int, float)) and not isinstance(v, bool)) or (isinstance(v, str) and len(v) <= 200)
-        if not plain and v is not None:
-            raise SpecError(f"head spec found_on.{k} must be a number or a short string, got {_short(v)}")
+        if k in _FOUND_ON_NAMES:
+            if v is not None and not (isinstance(v, str) and len(v) <= 200):
+                raise SpecError(f"head spec found_on.{k} must be a name of at most 200 characters, got {_short(v)}")
+        elif v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < math.inf):
+            raise SpecError(f"head spec found_on.{k} must be a finite number >= 0, got {_short(v)}")
     return found_on
 
 
