@@ -181,6 +181,32 @@ def test_no_reference_or_the_reference_picked_trains_nothing(tmp_path) -> None:
     assert run_verdict(_Trial(2, 0.5, head), _Trial(0, 0.4, head), 0, 0, tmp_path, never, print).recommended == "pick_unchecked"
 
 
+def test_a_diverged_verdict_run_leaves_the_pick_unchecked_and_says_which_run(tmp_path) -> None:
+    from geohead.search import TrialDiverged
+
+    pick_head, ref_head = HeadSpec(in_dim=8, out_dim=8, depth=1), HeadSpec(in_dim=8, out_dim=8, depth=2, hidden_dim=8)
+
+    def measure(spec: HeadSpec, seed: int, out: Path, steps: int | None = None) -> dict[str, float]:
+        if spec == ref_head and seed == 2:
+            raise TrialDiverged("train: non-finite loss")
+        return {"value": 0.8 if spec == pick_head else 0.7, "knn_backbone": 0.4}
+
+    v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), 2, 0, tmp_path, measure, lambda s: None, 40)
+    assert v.recommended == "pick_unchecked" and (v.pick, v.reference) == (3, 0)
+    assert "the published head's run at fresh seed 2 for 40 steps diverged (train: non-finite loss)" in v.reason
+    assert v.values["pick"] == {1: 0.8, 2: 0.8} and v.values["published"] == {1: 0.7}   # what was measured
+
+
+def test_backbone_names_that_share_a_folder_part_get_folders_of_their_own() -> None:
+    from geohead.search.verdict import _folder_name
+
+    assert _folder_name("resnet18_cifar") == "resnet18_cifar"                 # a plain name is its folder
+    a, b = _folder_name("hf-hub:org/net"), _folder_name("hf-hub:org:net")    # both map to hf-hub_org_net
+    assert a != b and a.startswith("hf-hub_org_net_") and len(a) <= 64
+    long_a, long_b = _folder_name("r" * 70 + "a"), _folder_name("r" * 70 + "b")
+    assert long_a != long_b and max(len(long_a), len(long_b)) <= 64
+
+
 # ---------------------------------------------------------------------- end to end
 def test_every_search_measures_the_published_head_unpruned_and_ends_with_a_verdict(tmp_path) -> None:
     import optuna
@@ -294,8 +320,14 @@ def test_auto_workers_split_the_machine() -> None:
 @pytest.mark.parametrize("args, match", [
     (["--workers", "many"], "--workers 'many' is not a number"),
     (["--workers", "0"], "--workers must be a positive integer, got 0"),
-    (["--confirm-seeds", "-1"], "--confirm-seeds must be an integer >= 0, got -1"),
-    (["--confirm-epochs", "0", "--confirm-seeds", "2"], "--confirm-epochs must be a positive integer, got 0"),
+    (["--confirm-seeds", "-1"], "--confirm-seeds must be an integer from 0 to 100, got -1"),
+    (["--confirm-seeds", "101"], "--confirm-seeds must be an integer from 0 to 100, got 101"),
+    (["--confirm-epochs", "0", "--confirm-seeds", "2"], "--confirm-epochs must be an integer from 1 to 100,000, got 0"),
+    (["--confirm-epochs", str(10 ** 400), "--confirm-seeds", "2"], "--confirm-epochs must be an integer from 1 to 100,000"),
+    (["--seed", str(2 ** 62), "--confirm-seeds", "2"], "--seed must be an integer from 0 to 2^62 less --confirm-seeds"),
+    (["--set", "optim.epochs=100"], "optim.epochs is set by the search (use --min-steps / --max-steps)"),
+    (["--set", "optim.batch_size=128"], "optim.batch_size is set by the search (use --batch-size)"),
+    (["--set", "seed=4"], "seed is set by the search (use --seed)"),
     (["--confirm-epochs", "300"], "--confirm-epochs 300 needs --confirm-seeds 2 or more (got 1)"),
     (["--confirm-backbone", "resnet18_cifar"], "--confirm-backbone resnet18_cifar needs --confirm-seeds 2 or more (got 1)"),
     (["--confirm-backbone", "r" * 100_000, "--confirm-seeds", "2"],

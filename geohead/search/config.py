@@ -22,7 +22,12 @@ BUILTIN_DATA = ("shapes", "cifar10", "cifar100")
 SHAPES_VIEW_ARGS: dict[str, Any] = {"hue": 0.5}
 #: ``--set`` keys the search sets itself (the head is chosen per trial, the rest by the search's flags).
 _HEAD_KEYS = ("head.file", "head.preset", "head.spec") + tuple(f"head.spec.{d}" for d in DIMENSIONS)
-_SEARCH_KEYS = ("out", "optim.max_steps", "probe.enabled")
+#: ``--set`` keys the search's own flags set (found_on records them, the schedule spans them) -> the flag
+_SEARCH_KEYS = {"out": "--out", "optim.max_steps": "--min-steps / --max-steps", "optim.epochs": "--min-steps / --max-steps",
+                "optim.warmup_epochs": "--min-steps / --max-steps", "optim.batch_size": "--batch-size",
+                "seed": "--seed", "data.n_train": "--n-train", "probe.enabled": "--probe-train / --probe-test: trials are probed by the search"}
+#: the verdict's most fresh seeds and longest schedule in epochs (each seed trains two runs)
+MAX_CONFIRM_SEEDS, MAX_CONFIRM_EPOCHS = 100, 100_000
 
 
 class SearchError(ValueError):
@@ -256,11 +261,13 @@ class SearchConfig:
             raise SearchError(f"--reduction-factor must be an integer >= 2, got {self.reduction_factor!r}")
         if self.n_train is not None and self.n_train < self.batch_size:
             raise SearchError(f"--n-train {self.n_train} is smaller than --batch-size {self.batch_size}; raise it or lower the batch")
-        if isinstance(self.confirm_seeds, bool) or not isinstance(self.confirm_seeds, int) or self.confirm_seeds < 0:
-            raise SearchError(f"--confirm-seeds must be an integer >= 0, got {self.confirm_seeds!r}")
-        if self.confirm_epochs is not None:
-            if isinstance(self.confirm_epochs, bool) or not isinstance(self.confirm_epochs, int) or self.confirm_epochs < 1:
-                raise SearchError(f"--confirm-epochs must be a positive integer, got {self.confirm_epochs!r}")
+        seeds = self.confirm_seeds
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or not 0 <= seeds <= MAX_CONFIRM_SEEDS:
+            raise SearchError(f"--confirm-seeds must be an integer from 0 to {MAX_CONFIRM_SEEDS}, got {seeds!r}")
+        epochs = self.confirm_epochs
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
+                                   or not 1 <= epochs <= MAX_CONFIRM_EPOCHS):
+            raise SearchError(f"--confirm-epochs must be an integer from 1 to {MAX_CONFIRM_EPOCHS:,}, got {epochs!r}")
         for flag, name in (("--backbone", self.backbone), ("--confirm-backbone", self.confirm_backbone)):
             if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_NAME):
                 shown = f"{len(name):,} characters" if isinstance(name, str) and name else repr(name)
@@ -297,8 +304,9 @@ class SearchConfig:
             if self.workers > top:
                 raise SearchError(f"--workers {self.workers} is more than the {top} {what} here; give at most {top} "
                                   "(or auto)")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
-            raise SearchError(f"--seed must be an integer from 0 to 2^62, got {self.seed!r}; give a smaller seed")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED - self.confirm_seeds:
+            raise SearchError(f"--seed must be an integer from 0 to 2^62 less --confirm-seeds (the verdict's fresh seeds "
+                              f"follow it), got {self.seed!r}; give a smaller seed")
 
     def _check_families(self) -> None:
         from geohead.data import ORBIT_FAMILIES
@@ -314,7 +322,7 @@ class SearchConfig:
                 raise SearchError(f"--set {text!r}: the search chooses the head; use --fix/--range for its dimensions "
                                   "(--set head.spec.KEY is for fields it does not search, e.g. prototypes)")
             if key in _SEARCH_KEYS:
-                raise SearchError(f"--set {text!r}: {key} is set by the search (use --out / --min-steps / --max-steps)")
+                raise SearchError(f"--set {text!r}: {key} is set by the search (use {_SEARCH_KEYS[key]})")
         # keys and values, with a stand-in data size (the real one only sets the schedule's epochs)
         base_train_config(self, max(self.n_train or 0, 10 * self.batch_size))
 

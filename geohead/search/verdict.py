@@ -45,6 +45,7 @@ right in 6 of 8, missing two better picks at one fresh seed that it kept at thre
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from geohead.heads import HeadSpec
+from geohead.search.criteria import TrialDiverged
 
 #: A margin must exceed this many noise units to count.
 NOISE_UNITS = 2.0
@@ -174,7 +176,12 @@ def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: P
     specs = {"pick": HeadSpec.from_dict(pick.user_attrs["head"]), "published": HeadSpec.from_dict(reference.user_attrs["head"])}
     for seed in range(study_seed + 1, study_seed + 1 + n_seeds):  # seed by seed: a stopped verdict leaves whole pairs
         for label, spec in specs.items():
-            rec = _confirmed(spec, seed, out / f"{label}_s{seed}{suffix}", measure, echo, label, steps, what)
+            try:
+                rec = _confirmed(spec, seed, out / f"{label}_s{seed}{suffix}", measure, echo, label, steps, what)
+            except TrialDiverged as exc:  # the search's outputs are still written, with the pick unchecked
+                return Verdict("pick_unchecked", f"the {label} head's run at fresh seed {seed}{what} diverged ({exc}), "
+                               "so the pick's margin over the published head is unchecked", number, reference.number,
+                               values, knn)
             values[label][seed], knn[label][seed] = rec["value"], rec.get("knn_backbone")
     d = decide(values, study_seed, knn)
     return Verdict("pick" if d.pick else "published", _reason(d, n_seeds, schedule), number, reference.number, values,
@@ -203,8 +210,10 @@ def _reason(d: Decision, n_fresh: int, schedule: str = "") -> str:
 
 
 def _folder_name(name: str) -> str:
-    """``name`` as one folder-name part: characters other than letters, digits, ``_.-`` become ``_``."""
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+    """``name`` as one folder-name part: characters other than letters, digits, ``_.-`` become
+    ``_``, cut to 64; a name changed so ends in a hash of it, so two names never share a folder."""
+    part = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+    return part if part == name else f"{part[:55]}_{hashlib.sha1(name.encode()).hexdigest()[:8]}"
 
 
 def _value(trial: Any) -> float:
