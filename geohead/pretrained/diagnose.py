@@ -16,7 +16,6 @@ luma of the RGB image (the orbit families act on RGB, hue included, before the c
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from typing import Any, Callable, Sequence

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from geohead.search.importance import Importances, row_importances
+from geohead.search.importance import row_importances
 from geohead.search.results import TRUTH, format_rho, num, read_trials_csv, spearman_test, unique_complete
 from geohead.search.score import (
     CRITERION_NAMES, DEFAULT_SCORE, LABEL_FREE_SCORES, SCORE_CRITERIA, fisher_erank, low_compression,
