@@ -23,9 +23,12 @@ SHAPES_VIEW_ARGS: dict[str, Any] = {"hue": 0.5}
 #: ``--set`` keys the search sets itself (the head is chosen per trial, the rest by the search's flags).
 _HEAD_KEYS = ("head.file", "head.preset", "head.spec") + tuple(f"head.spec.{d}" for d in DIMENSIONS)
 #: ``--set`` keys the search's own flags set (found_on records them, the schedule spans them) -> the flag
-_SEARCH_KEYS = {"out": "--out", "optim.max_steps": "--min-steps / --max-steps", "optim.epochs": "--min-steps / --max-steps",
-                "optim.warmup_epochs": "--min-steps / --max-steps", "optim.batch_size": "--batch-size",
-                "seed": "--seed", "data.n_train": "--n-train", "probe.enabled": "--probe-train / --probe-test: trials are probed by the search"}
+_SEARCH_KEYS = {
+    "out": "--out", "seed": "--seed", "data.n_train": "--n-train", "optim.batch_size": "--batch-size",
+    "optim.max_steps": "--min-steps / --max-steps", "optim.epochs": "--min-steps / --max-steps",
+    "optim.warmup_epochs": "--min-steps / --max-steps",
+    "probe.enabled": "--probe-train / --probe-test: trials are probed by the search",
+}
 #: the verdict's most fresh seeds and longest schedule in epochs (each seed trains two runs)
 MAX_CONFIRM_SEEDS, MAX_CONFIRM_EPOCHS = 100, 100_000
 
