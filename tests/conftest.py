@@ -10,6 +10,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def tiny_cifar_files(folder: Path, n_train: int, n_test: int) -> Path:
+    """``folder`` with random CIFAR-layout cifar10_train_10k.npz (``n_train`` images) and
+    cifar10_test.npz (``n_test``), seeded: what the benchmarks read from ../shared/data."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    for name, n in (("cifar10_train_10k.npz", n_train), ("cifar10_test.npz", n_test)):
+        np.savez(folder / name, images=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+                 labels=np.arange(n) % 10, classes=np.array([str(i) for i in range(10)]))
+    return folder
+
+
 def benchmark_module(name: str):
     """The module benchmarks/``name``.py, imported with benchmarks/ on the path only while it loads
     (its sibling imports, e.g. search_scale's ``import search_transfer``, resolve then)."""

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-from conftest import benchmark_module
+from conftest import benchmark_module, tiny_cifar_files
 
 from geohead.search import SearchConfig, run_search
 
@@ -38,11 +37,7 @@ def test_a_verdict_runs_checkpoint_measures_as_the_verdict_recorded_it(tmp_path)
 def test_a_lost_search_json_is_rebuilt_with_the_settings_its_search_recorded(tmp_path) -> None:
     bench = benchmark_module("run_criteria")
     st = bench.st
-    rng = np.random.default_rng(0)
-    for name, n in (("cifar10_train_10k.npz", 256), ("cifar10_test.npz", 64)):
-        np.savez(tmp_path / name, images=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-                 labels=np.arange(n) % 10, classes=np.array([str(i) for i in range(10)]))
-    data = {"train": str(tmp_path / "cifar10_train_10k.npz"), "test": str(tmp_path / "cifar10_test.npz")}
+    data = st.cifar_files(tiny_cifar_files(tmp_path, 256, 64))
     ran = st.run_the_search("barlow", tmp_path / "ran", data, 2, st.SCALES["smoke"], None, None, trials=1, score="theory")
     recorded = json.loads((ran / "search.json").read_text())["settings"]
     lost = tmp_path / "lost" / "barlow" / "search"

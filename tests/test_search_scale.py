@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import benchmark_module
+from conftest import benchmark_module, tiny_cifar_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -22,11 +22,7 @@ def scale():
 
 
 def _data(folder: Path) -> Path:
-    rng = np.random.default_rng(0)
-    for name, n in (("cifar10_train_10k.npz", 512), ("cifar10_test.npz", 100)):
-        np.savez(folder / name, images=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-                 labels=np.arange(n) % 10, classes=np.array([str(i) for i in range(10)]))
-    return folder
+    return tiny_cifar_files(folder, 512, 100)
 
 
 def _transfer(path: Path) -> Path:
