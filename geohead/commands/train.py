@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -45,10 +46,15 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
 
     click.echo(f"geohead train: {cfg.objective} on {cfg.data.name} -> {cfg.out_dir}", err=True)
     try:
-        note = _rescale_note(cfg, head_file) if head_file else None
+        data = None
+        if head_file and cfg.data.n_train is None:  # the note counts the whole training set: load it once
+            from geohead.training.model import training_data
+
+            data = training_data(cfg)
+        note = _rescale_note(cfg, head_file, data) if head_file else None
         if note:
             click.echo(note, err=True)
-        result = run_training(cfg, overwrite=overwrite)
+        result = run_training(cfg, overwrite=overwrite, data=data)
     except TrainingDiverged as exc:
         click.echo(f"Error: training diverged: {exc}", err=True)
         sys.exit(1)
@@ -61,9 +67,10 @@ def train(recipe: str, head_file: str | None, overrides: tuple[str, ...], out: s
         click.echo(GuillotineReport.from_dict(result.probes).table())
 
 
-def _rescale_note(cfg, head_file: str) -> str | None:
+def _rescale_note(cfg, head_file: str, data: Any = None) -> str | None:
     """Lines that say how this run differs from the proxy a ``--head`` was found on (its width d:
-    the head is rescaled; its epochs and images: re-check), else None."""
+    the head is rescaled; its epochs and images: re-check), else None. ``data``: the training set,
+    where the caller holds it (counted when ``data.n_train`` is unset; else loaded to count it)."""
     from geohead.heads import HeadSpec, read_found_on
     from geohead.training.model import build_backbone
 
@@ -80,7 +87,7 @@ def _rescale_note(cfg, head_file: str) -> str | None:
     if images is None and proxy.get("n_train") is not None:  # the whole training set: count it
         from geohead.training.model import training_data
 
-        images = len(training_data(cfg))
+        images = len(data if data is not None else training_data(cfg))
     differs = [axis for axis, theirs, ours in (("width", width, d), ("budget", epochs, cfg.optim.epochs),
                                              ("data", proxy.get("n_train"), images))
                if theirs is not None and ours is not None and float(ours) > 1.5 * float(theirs)]
