@@ -28,6 +28,12 @@ backbone, d, n_train, knn_backbone, linear_backbone, desc, ...) and ``--plot`` (
 published, against each axis, with the 20-epoch w16 baseline and the 100-epoch runs of
 search_budget beside it) are written. ``--time-budget`` starts no run after that many seconds.
 
+With ``--criteria`` each run also records what a verdict on its backbone compares (the theory
+score and backbone kNN on the search's probe split, benchmarks/run_criteria.py); where two or more
+seeds of an axis have both heads measured so, ``verdicts`` in ``--results`` and the table give
+the decision the search's verdict (``--confirm-backbone``, ``--confirm-epochs``) would reach on
+those runs, beside the test set's linear margin: does the verdict catch a margin that turns?
+
 ``--device cuda``: the GPU version: the width axis at full width for 100 epochs (pick vs
 published, seed 0) in bf16 with the views made on the GPU (about 2 min a run on one H200 at the
 9,000 img/s device_check measured); its results go to search_scale_cuda.json.
@@ -218,8 +224,46 @@ def margins(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "epochs": f["epochs"], "pick_linear": f["linear_backbone"], "pub_linear": p["linear_backbone"],
                          "margin_linear": 100 * (f["linear_backbone"] - p["linear_backbone"]),
                          "pick_knn": f["knn_backbone"], "pub_knn": p["knn_backbone"],
-                         "margin_knn": 100 * (f["knn_backbone"] - p["knn_backbone"])})
+                         "margin_knn": 100 * (f["knn_backbone"] - p["knn_backbone"]), **_verdict_view(f, p)})
     return rows
+
+
+def _verdict_view(found: dict[str, Any], published: dict[str, Any]) -> dict[str, Any]:
+    """What a verdict on the pair's backbone compares, where both runs recorded it (``--criteria``):
+    each head's theory score and backbone kNN on the search's probe split, and their margins
+    (kNN in points)."""
+    if "criteria" not in found or "criteria" not in published:
+        return {}
+    f, p = found["criteria"], published["criteria"]
+    return {"pick_score": f["score"], "pub_score": p["score"], "margin_score": f["score"] - p["score"],
+            "pick_probe_knn": f["knn_backbone"], "pub_probe_knn": p["knn_backbone"],
+            "margin_probe_knn": 100 * (f["knn_backbone"] - p["knn_backbone"])}
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (objective, axis) with two or more seeds of pairs that recorded the verdict's view: the
+    decision of :func:`geohead.search.verdict.decide` on them, every seed a fresh one (as
+    ``geohead search --confirm-backbone B --confirm-epochs E --confirm-seeds n`` decides on n runs
+    of each head at the axis's backbone and schedule), beside the test set's linear margin."""
+    from geohead.search.verdict import decide
+
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        if "margin_score" in r:
+            by.setdefault((r["objective"], r["axis"]), []).append(r)
+    out = []
+    for (o, axis), pts in sorted(by.items()):
+        if len(pts) < 2:
+            continue
+        score = {"pick": {r["seed"]: r["pick_score"] for r in pts}, "published": {r["seed"]: r["pub_score"] for r in pts}}
+        knn = {"pick": {r["seed"]: r["pick_probe_knn"] for r in pts}, "published": {r["seed"]: r["pub_probe_knn"] for r in pts}}
+        d = decide(score, min(score["pick"]) - 1, knn)
+        out.append({"objective": o, "axis": axis, "seeds": sorted(score["pick"]),
+                    "recommended": "pick" if d.pick else "published", "basis": d.basis,
+                    "score_margin": d.score.margin, "score_noise": d.score.noise,
+                    "knn_margin": 100 * d.knn.margin if d.knn else None, "knn_noise": 100 * d.knn.noise if d.knn else None,
+                    "test_linear_margin": sum(r["margin_linear"] for r in pts) / len(pts)})
+    return out
 
 
 def table(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
@@ -230,11 +274,30 @@ def table(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
         lines.append(f"| {r['objective']} | {r['axis']} | {r['seed']} | {r['d']} | {r['n_train']} | {r['epochs']} | "
                      f"{r['pick_linear']:.3f} | {r['pub_linear']:.3f} | {r['margin_linear']:+.1f} | {r['pick_knn']:.3f} | "
                      f"{r['pub_knn']:.3f} | {r['margin_knn']:+.1f} |")
+    lines += _verdict_lines(rows)
     for r in runs:
         if r["axis"] in SEARCHES:
             lines.append(f"\nsearch on {r['backbone']}, {r['n_train']:,} images, {r['objective']} seed {r['seed']}: {r['desc']}: "
                          f"linear {r['linear_backbone']:.3f}, kNN {r['knn_backbone']:.3f}")
     return "\n".join(lines) + "\n"
+
+
+def _verdict_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The table's section on what a verdict on each pair's backbone sees (:func:`verdicts`)."""
+    seen = [r for r in rows if "margin_score" in r]
+    if not seen:
+        return []
+    lines = ["\nWhat a verdict on the axis's backbone compares (label-free theory score and backbone kNN on the "
+             "search's probe split):\n", "| objective | axis | seed | score margin | probe kNN margin | test linear margin |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {r['objective']} | {r['axis']} | {r['seed']} | {r['margin_score']:+.3f} | {r['margin_probe_knn']:+.1f} | "
+              f"{r['margin_linear']:+.1f} |" for r in seen]
+    for v in verdicts(rows):
+        lines.append(f"\nverdict on {v['objective']} {v['axis']} at seeds {', '.join(map(str, v['seeds']))}: "
+                     f"{v['recommended']} ({v['basis']}; score {v['score_margin']:+.3f}, noise {v['score_noise']:.3f}; "
+                     + (f"kNN {v['knn_margin']:+.1f} points, noise {v['knn_noise']:.1f}; " if v["knn_margin"] is not None else "")
+                     + f"test linear {v['test_linear_margin']:+.1f})")
+    return lines
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
@@ -305,7 +368,7 @@ def write(args: argparse.Namespace, runs: list[dict[str, Any]], transfer: dict[s
 
     measured = set(args.objective) | {r["objective"] for r in runs}  # a sitting on one objective keeps the others'
     rows = margins([r for r in baselines(transfer) if r["objective"] in measured] + runs)
-    rec = {"settings": vars(args), "stopped": stopped, "margins": rows, "runs": runs}
+    rec = {"settings": vars(args), "stopped": stopped, "margins": rows, "verdicts": verdicts(rows), "runs": runs}
     text = json.dumps(rec, indent=2, default=str) + "\n"
     atomic_write_text(Path(args.results), text)
     Path(args.out).mkdir(parents=True, exist_ok=True)

@@ -162,3 +162,30 @@ def test_with_criteria_each_new_run_records_what_a_verdict_on_its_backbone_compa
         assert not (out / "width_w32" / "barlow" / f"{r['label']}_s0" / "last.safetensors").exists()
     runner = scale._RUNNERS["barlow", "resnet18_w32"]                  # measured on the run's backbone, d = 256
     assert runner.inputs.in_dim == 256 and runner.cfg.probe_test == 64 and runner.cfg.seed == 2
+
+
+def test_pairs_that_recorded_criteria_give_the_verdict_a_confirm_backbone_search_would_reach(scale):
+    def run(label, seed, lin, score, probe_knn):
+        return {"objective": "barlow", "axis": "width_full", "label": label, "seed": seed, "d": 512, "n_train": 10000,
+                "epochs": 20, "linear_backbone": lin, "knn_backbone": lin - 0.05,
+                "criteria": {"score": score, "knn_backbone": probe_knn}}
+
+    runs = [run("found", 0, 0.48, 0.60, 0.40), run("published", 0, 0.51, 0.50, 0.45),
+            run("found", 1, 0.47, 0.62, 0.41), run("published", 1, 0.50, 0.50, 0.44)]
+    rows = scale.margins(runs)
+    assert [r["margin_score"] for r in rows] == pytest.approx([0.10, 0.12])
+    assert [r["margin_probe_knn"] for r in rows] == pytest.approx([-5.0, -3.0])
+    # score diffs 0.10, 0.12: mean 0.11, sd 0.01 * sqrt(2), noise sd / sqrt(2) = 0.01, beyond 2 noise;
+    # kNN diffs -5, -3 points: mean -4, noise 1: the score's margin is vetoed by the lower kNN
+    (v,) = scale.verdicts(rows)
+    assert (v["recommended"], v["basis"], v["seeds"]) == ("published", "kNN lower", [0, 1])
+    assert (v["score_margin"], v["score_noise"]) == pytest.approx((0.11, 0.01))
+    assert (v["knn_margin"], v["knn_noise"]) == pytest.approx((-4.0, 1.0))
+    assert v["test_linear_margin"] == pytest.approx(-3.0)
+    text = scale.table(rows, runs)
+    assert "| barlow | width_full | 1 | +0.120 | -3.0 | -3.0 |" in text
+    assert "verdict on barlow width_full at seeds 0, 1: published (kNN lower; score +0.110" in text
+    # one seed measured, or a pair without criteria: a reading, no verdict
+    assert scale.verdicts(scale.margins(runs[:2])) == []
+    unmeasured = {k: v for k, v in runs[0].items() if k != "criteria"}
+    assert "margin_score" not in scale.margins([unmeasured, runs[1]])[0]
