@@ -47,13 +47,11 @@ import gc
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,12 +61,12 @@ if str(ROOT) not in sys.path:  # runnable from a checkout without `pip install -
 
 import torch  # noqa: E402
 from device_report import table  # noqa: E402
+from device_tests import part_tests  # noqa: E402  (part (a), the cuda tests)
 
 PARTS = ("tests", "throughput", "hvp", "search")
 #: mode -> (TrainConfig.precision, TrainConfig.compile)
 MODES: dict[str, tuple[str, bool]] = {"fp32": ("fp32", False), "bf16": ("bf16", False), "bf16+compile": ("bf16", True)}
 RECIPE = ROOT / "geohead" / "recipes" / "barlow_resnet18_cifar10.toml"
-CUDA_MARK = re.compile(r"\bpytest\.mark\.cuda\b")  # a test file that marks tests (or itself) cuda
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,42 +143,6 @@ def run_part(name: str, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     if tb:
         rec["traceback"] = tb
     return rec
-
-
-# ---------------------------------------------------------------------- (a) the cuda tests
-def part_tests(out: Path, device: torch.device, timeout: float) -> dict[str, Any]:
-    files = sorted(p for p in (ROOT / "tests").glob("test_*.py") if CUDA_MARK.search(p.read_text()))
-    if not files:
-        raise RuntimeError("no test file in tests/ holds a test marked cuda")
-    xml = out / "cuda_tests.xml"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    cmd = [sys.executable, "-m", "pytest", "-m", "cuda", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={xml}",
-           *[str(f.relative_to(ROOT)) for f in files]]
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    (out / "cuda_tests.log").write_text(proc.stdout + proc.stderr)
-    tests = []
-    if xml.is_file():
-        for case in ET.parse(xml).getroot().iter("testcase"):
-            outcome, message = "passed", None
-            for tag in ("failure", "error", "skipped"):
-                el = case.find(tag)
-                if el is not None:
-                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                    message = (el.get("message") or "")[:500]
-                    break
-            tests.append({"name": f"{case.get('classname', '').split('.')[-1]}::{case.get('name')}", "outcome": outcome,
-                          "seconds": round(float(case.get("time") or 0), 2), "message": message})
-    counts = {k: sum(t["outcome"] == k for t in tests) for k in ("passed", "failed", "error", "skipped")}
-    res: dict[str, Any] = {"command": " ".join(cmd[1:]), "returncode": proc.returncode, **counts, "tests": tests,
-                           "log": "cuda_tests.log"}
-    if device.type == "cuda":  # on a GPU every cuda test must run and pass
-        res["_ok"] = proc.returncode == 0 and counts["passed"] == len(tests) > 0
-    else:  # without CUDA they must all be collected and skip (nothing failed, nothing errored)
-        res["_ok"] = proc.returncode == 0 and counts["skipped"] == len(tests) > 0
-    if not res["_ok"]:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
-        res["_error"] = f"pytest exit {proc.returncode}: " + " | ".join(tail)
-    return res
 
 
 # ---------------------------------------------------------------------- (b) training throughput

@@ -136,7 +136,8 @@ def power_stage(H, dim, dtype, shift: float, steps: int, seed: int, target: floa
     return est, c.n, c.elapsed(), reached
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", choices=sorted(SIZES), default="full")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
@@ -145,32 +146,27 @@ def main() -> None:
     ap.add_argument("--max-lanczos", type=int, default=400)
     ap.add_argument("--reps", type=int, default=5, help="repetitions for the HVP / fwd+bwd timings")
     ap.add_argument("--threads", type=int, default=None)
-    args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
-    cfg = SIZES[args.size]
-    head, obj, z1, z2 = build(args.size, torch.float64)
-    print(f"problem: size={args.size} B={cfg['B']} d={cfg['d']} head {cfg['d']}→{cfg['hidden']}→{cfg['hidden']}→{cfg['k']} "
-          f"SiLU+BN(eval), Barlow Twins, dim(H_eff)={cfg['B'] * cfg['d']}, dtype={args.dtype}, "
-          f"threads={torch.get_num_threads()}, seed 0")
+    return ap
 
-    # ---- cost of one product
-    print("\none product (median of", args.reps, "runs):")
+
+def print_product_costs(head, obj, z1, z2, reps: int) -> None:
+    """The table of one product's cost (:func:`time_products`) in float32 and float64."""
+    print("\none product (median of", reps, "runs):")
     print("| dtype | HVP (graph reused) | HVP incl. graph build | fwd+bwd of L∘h | HVP / fwd+bwd |")
     print("|---|---|---|---|---|")
     for dt in (torch.float32, torch.float64):
-        t = time_products(head, obj, z1, z2, dt, args.reps)
+        t = time_products(head, obj, z1, z2, dt, reps)
         print(f"| {str(dt)[6:]} | {t['hvp'] * 1e3:.1f} ms | {t['build'] * 1e3:.1f} ms | {t['fwd_bwd'] * 1e3:.1f} ms | "
               f"{t['hvp'] / t['fwd_bwd']:.2f} |")
 
-    # ---- reference and Lanczos trajectory
-    eh = EffectiveHessian(head, obj, z1.to(dtype), z2.to(dtype), dtype=dtype)
-    dim = eh.dim
-    H = eh.H
+
+def lanczos_rows(H, tol: float, max_lanczos: int) -> tuple[float, float, list[tuple]]:
+    """The reference eigenvalues (Lanczos to Ritz residuals ≤ 1e-10·max|λ|, printed) and the two
+    Lanczos rows read off its trajectory: the first step within ``tol`` of the reference at both
+    ends, and the first step its residuals certify. Returns (λ_min, λ_max, rows)."""
     traj: list[tuple[int, float, float, float, float, float]] = []
     t0 = time.perf_counter()
-    ref = lanczos(H, k=1, which="both", tol=1e-10, max_iter=args.max_lanczos,
+    ref = lanczos(H, k=1, which="both", tol=1e-10, max_iter=max_lanczos,
                   callback=lambda m, th, res: traj.append(
                       (m, float(th[0]), float(th[-1]), time.perf_counter() - t0, float(res[0]), float(res[-1]))))
     lam_min, lam_max = ref.lambda_min, ref.lambda_max
@@ -179,39 +175,51 @@ def main() -> None:
           f"λ_max = {lam_max:.10g} (residual {float(ref.ritz_residuals[-1]):.1e})")
 
     rows = []
-    hit = next((r for r in traj if rel_err(r[1], lam_min) <= args.tol and rel_err(r[2], lam_max) <= args.tol), None)
+    hit = next((r for r in traj if rel_err(r[1], lam_min) <= tol and rel_err(r[2], lam_max) <= tol), None)
     # certified: the first step whose Ritz residuals prove both ends (residual ≤ tol·|θ|), no reference needed
-    cert = next((r for r in traj if r[4] <= args.tol * abs(r[1]) and r[5] <= args.tol * abs(r[2])), None)
+    cert = next((r for r in traj if r[4] <= tol * abs(r[1]) and r[5] <= tol * abs(r[2])), None)
     for label, r in (("geohead Lanczos (first step within tol)", hit), ("geohead Lanczos (certified by residuals)", cert)):
         r = r if r is not None else traj[-1]
         rows.append((label, r[0], r[3], rel_err(r[1], lam_min), rel_err(r[2], lam_max),
-                     "yes" if max(rel_err(r[1], lam_min), rel_err(r[2], lam_max)) <= args.tol else "no"))
+                     "yes" if max(rel_err(r[1], lam_min), rel_err(r[2], lam_max)) <= tol else "no"))
+    return lam_min, lam_max, rows
 
+
+def power_rows(H, dim, dtype, lam_min: float, lam_max: float, tol: float, max_power: int) -> list[tuple]:
+    """The power-iteration rows against the reference (``lam_min``, ``lam_max``): the paper's
+    20 + 20 steps, the same scheme iterated to ``tol`` (≤ ``max_power`` HVPs a stage), and
+    PyHessian's stopping rule."""
+    rows = []
     # ---- the paper's estimator, 20 + 20 steps (+2 Rayleigh products, as released)
-    mu1, n1, s1, _ = power_stage(H, dim, dtype, 0.0, 20, 11, None, args.tol)
-    lo20, n2, s2, _ = power_stage(H, dim, dtype, mu1, 20, 12, None, args.tol)
+    mu1, n1, s1, _ = power_stage(H, dim, dtype, 0.0, 20, 11, None, tol)
+    lo20, n2, s2, _ = power_stage(H, dim, dtype, mu1, 20, 12, None, tol)
     paper_max, paper_min = mu1, lo20
     rows.append(("paper shifted power, 20+20 steps", n1 + n2, s1 + s2, rel_err(paper_min, lam_min), rel_err(paper_max, lam_max),
-                 "no" if max(rel_err(paper_min, lam_min), rel_err(paper_max, lam_max)) > args.tol else "yes"))
+                 "no" if max(rel_err(paper_min, lam_min), rel_err(paper_max, lam_max)) > tol else "yes"))
     swapped = abs(lam_min) > abs(lam_max)
 
     # ---- the same scheme, iterated to the accuracy (oracle stopping), capped per stage
     dom = lam_min if swapped else lam_max
     other = lam_max if swapped else lam_min
-    mu1, n1, s1, ok1 = power_stage(H, dim, dtype, 0.0, args.max_power, 11, dom, args.tol)
-    mu2, n2, s2, ok2 = power_stage(H, dim, dtype, mu1, args.max_power, 12, other, args.tol)
+    mu1, n1, s1, ok1 = power_stage(H, dim, dtype, 0.0, max_power, 11, dom, tol)
+    mu2, n2, s2, ok2 = power_stage(H, dim, dtype, mu1, max_power, 12, other, tol)
     est_min, est_max = (mu1, mu2) if swapped else (mu2, mu1)
-    rows.append((f"paper scheme iterated (≤{args.max_power}/stage)", n1 + n2, s1 + s2, rel_err(est_min, lam_min),
+    rows.append((f"paper scheme iterated (≤{max_power}/stage)", n1 + n2, s1 + s2, rel_err(est_min, lam_min),
                  rel_err(est_max, lam_max), "yes" if ok1 and ok2 else "FAILS"))
 
     # ---- PyHessian-style stopping rule
-    mu1, n1, s1, _ = power_stage(H, dim, dtype, 0.0, args.max_power, 11, None, args.tol, stop_rel_change=1e-3)
-    mu2, n2, s2, _ = power_stage(H, dim, dtype, mu1, args.max_power, 12, None, args.tol, stop_rel_change=1e-3)
+    mu1, n1, s1, _ = power_stage(H, dim, dtype, 0.0, max_power, 11, None, tol, stop_rel_change=1e-3)
+    mu2, n2, s2, _ = power_stage(H, dim, dtype, mu1, max_power, 12, None, tol, stop_rel_change=1e-3)
     e_min, e_max = rel_err(min(mu1, mu2), lam_min), rel_err(max(mu1, mu2), lam_max)
     rows.append(("PyHessian-style power (rel. change < 1e-3)", n1 + n2, s1 + s2, e_min, e_max,
-                 "yes" if max(e_min, e_max) <= args.tol else "no"))
+                 "yes" if max(e_min, e_max) <= tol else "no"))
+    return rows
 
-    print(f"\nλ_min and λ_max of H_eff to {args.tol:g} relative (|λ_min| {'>' if swapped else '<'} λ_max"
+
+def print_rows(rows: list[tuple], tol: float, swapped: bool) -> None:
+    """The eigenvalue table of :func:`main`'s rows and the HVP ratio of Lanczos to the iterated
+    power scheme (``swapped``: |λ_min| > λ_max, so the paper's first stage finds λ_min)."""
+    print(f"\nλ_min and λ_max of H_eff to {tol:g} relative (|λ_min| {'>' if swapped else '<'} λ_max"
           f"{': the paper’s first stage converges to λ_min' if swapped else ''}):")
     print("| method | HVPs | seconds | rel. error λ_min | rel. error λ_max | reached |")
     print("|---|---|---|---|---|---|")
@@ -221,6 +229,27 @@ def main() -> None:
     it = rows[3][1]
     print(f"\nHVP ratio Lanczos/iterated power = {lz}/{it} = {lz / it:.3f}"
           f"{' (power iteration did not reach the accuracy: the ratio is an upper bound)' if rows[3][5] != 'yes' else ''}")
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    cfg = SIZES[args.size]
+    head, obj, z1, z2 = build(args.size, torch.float64)
+    print(f"problem: size={args.size} B={cfg['B']} d={cfg['d']} head {cfg['d']}→{cfg['hidden']}→{cfg['hidden']}→{cfg['k']} "
+          f"SiLU+BN(eval), Barlow Twins, dim(H_eff)={cfg['B'] * cfg['d']}, dtype={args.dtype}, "
+          f"threads={torch.get_num_threads()}, seed 0")
+    print_product_costs(head, obj, z1, z2, args.reps)
+
+    # ---- reference and Lanczos trajectory
+    eh = EffectiveHessian(head, obj, z1.to(dtype), z2.to(dtype), dtype=dtype)
+    dim = eh.dim
+    H = eh.H
+    lam_min, lam_max, rows = lanczos_rows(H, args.tol, args.max_lanczos)
+    rows += power_rows(H, dim, dtype, lam_min, lam_max, args.tol, args.max_power)
+    print_rows(rows, args.tol, abs(lam_min) > abs(lam_max))
 
 
 if __name__ == "__main__":

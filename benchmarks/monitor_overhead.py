@@ -51,7 +51,8 @@ from geohead.monitor import GeometryMonitor
 from geohead.objectives import get_objective
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=4, help="pairs of blocks (without, with), each of --every steps")
     p.add_argument("--batch", type=int, default=256)
@@ -60,12 +61,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     p.add_argument("--n", type=int, default=4096, help="shapes images")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true", help="print every step's wall time")
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    return p
 
+
+def training_step(n: int, batch: int):
+    """The recipe's setting, seeded: ``(step, backbone, head, objective)``, where ``step()`` runs one
+    SGD step on ``batch`` random images of ``n`` shapes (two views, one concatenated forward) and
+    returns its (wall-clock, process CPU) seconds."""
     torch.manual_seed(0)
-    data = make_shapes(args.n, seed=0)
+    data = make_shapes(n, seed=0)
     views = make_view_fn("barlow", 32, data.mean, data.std, hue=0.5, crop_scale=(0.3, 1.0))
     backbone = create_backbone("resnet18_w16")
     head = GeometricHead.preset("barlow", backbone.geohead_config["num_features"], hidden_dim=512, out_dim=512)
@@ -75,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     def step() -> tuple[float, float]:
         t0, c0 = time.perf_counter(), time.process_time()
-        idx = torch.randint(0, args.n, (args.batch,), generator=g)
+        idx = torch.randint(0, n, (batch,), generator=g)
         x0, x1 = views(data.images[idx], generator=g)
         x = torch.cat([x0, x1]).contiguous(memory_format=torch.channels_last)
         z = head(backbone(x))
@@ -85,19 +89,28 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         opt.step()
         return time.perf_counter() - t0, time.process_time() - c0
 
+    return step, backbone, head, objective
+
+
+def measure_blocks(step, backbone, head, objective, rounds: int, every: int, hessian_every: int) -> tuple[list, list]:
+    """Two warm-up steps, then ``rounds`` pairs of adjacent blocks of ``every`` steps, without then
+    with a fresh monitor (one record per block), so a change of load on a shared machine hits both
+    arms alike. Returns (pairs of the blocks' step times, the monitors' records)."""
     for _ in range(2):  # warm-up
         step()
-    # adjacent blocks of `every` steps, without then with a fresh monitor (one record per block),
-    # so a change of load on a shared machine hits both arms alike
     pairs, records = [], []
-    for _ in range(args.rounds):
-        without = [step() for _ in range(args.every)]
-        with GeometryMonitor(backbone, head, every=args.every, objective=objective,
-                             hessian_every=args.hessian_every) as monitor:
-            with_monitor = [step() for _ in range(args.every)]
+    for _ in range(rounds):
+        without = [step() for _ in range(every)]
+        with GeometryMonitor(backbone, head, every=every, objective=objective,
+                             hessian_every=hessian_every) as monitor:
+            with_monitor = [step() for _ in range(every)]
         records += monitor.history
         pairs.append((without, with_monitor))
+    return pairs, records
 
+
+def report(args: argparse.Namespace, pairs: list, records: list) -> dict[str, float]:
+    """Print the block ratios and a record's cost per step; return :func:`main`'s numbers."""
     def total(block, i):
         return sum(t[i] for t in block)
 
@@ -124,6 +137,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print(f"H_eff record: {h:.2f} s median = {h / per_step:.2f} steps")
         out["hessian_seconds"] = h
     return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    args = parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    step, backbone, head, objective = training_step(args.n, args.batch)
+    pairs, records = measure_blocks(step, backbone, head, objective, args.rounds, args.every, args.hessian_every)
+    return report(args, pairs, records)
 
 
 if __name__ == "__main__":

@@ -47,11 +47,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # its sibling transfer_table, however it is imported
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import transfer_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
@@ -65,11 +68,10 @@ SCALES: dict[str, dict[str, Any]] = {
     "full": {"objectives": ["barlow", "simclr"], "epochs": 20, "seeds": [0, 1], "top_k": 8, "n_train": None,
              "n_test": None, "published_widths": "paper", "search": {}},
 }
-#: Criteria whose search-time value is correlated with full-budget kNN over the re-trained heads.
-CRITERIA = ("score", "score_rankme", "score_uniformity", "score_invariance", "score_fisher", "score_conditioning",
-            "rankme_backbone_frac", "std_backbone", "compression", "tangent_invariance", "local_invariance",
-            "fisher_effective_rank", "fisher_soft_rank_loss", "heff_stable_rank", "screen_head_escape",
-            "screen_heff_stable_rank", "knn_backbone")
+
+#: The table's half (transfer_table.py), reachable here under its old names: st.summarise, st.table, ...
+CRITERIA, spearman, summarise, table = (transfer_table.CRITERIA, transfer_table.spearman, transfer_table.summarise,
+                                        transfer_table.table)
 
 
 def cifar_files(data_dir: str | Path) -> dict[str, str]:
@@ -213,92 +215,6 @@ def train_one(cfg: Any, keep: bool = False) -> dict[str, Any]:
     return rec
 
 
-# ---------------------------------------------------------------------- the table
-def spearman(xs: list[Any], ys: list[Any]) -> dict[str, Any]:
-    from geohead.search.results import spearman as sp
-
-    return sp(xs, ys)
-
-
-def _goal(s: dict[str, Any]) -> str | None:
-    """Issue 22's 20-epoch goal: ``met (pick)`` when found >= published + 1 point, ``met
-    (verdict)`` when no re-trained top head beats published by 1 point and the verdict recommends
-    the published head, else ``not met``; None before both are measured."""
-    d, best = s["found_minus_published_linear_points"], s["best_top_minus_published_linear_points"]
-    if d is None:
-        return None
-    if d >= 1.0:
-        return "met (pick)"
-    v = s.get("verdict") or {}
-    if best is not None and best < 1.0 and v.get("recommended") == "published":
-        return "met (verdict)"
-    return "not met"
-
-
-def summarise(objective: str, runs: list[dict[str, Any]], seeds: list[int],
-              verdict: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Found vs published over the seeds, ρ(search ranking / scores / criteria, full kNN) over
-    the re-trained top-k heads, the search's verdict and issue 22's goal."""
-    def mean(label: str, key: str) -> float | None:
-        vals = [r[key] for r in runs if r["label"] == label and r.get(key) is not None]
-        return sum(vals) / len(vals) if vals else None
-
-    s: dict[str, Any] = {"objective": objective}
-    for label in ("found", "published", "preset_silu", "best_deep"):
-        s[label] = {k: mean(label, k) for k in ("knn_backbone", "linear_backbone")}
-        s[label]["seeds"] = sorted({r["seed"] for r in runs if r["label"] == label})
-    f, p = s["found"]["linear_backbone"], s["published"]["linear_backbone"]
-    s["found_minus_published_linear_points"] = None if f is None or p is None else 100 * (f - p)
-    paired = sorted(set(s["found"]["seeds"]) & set(s["published"]["seeds"]))
-    s["paired_seeds"] = paired
-    top = [r for r in runs if r["label"].startswith("top_") or (r["label"] == "found" and r["seed"] == seeds[0])]
-    top = list({r["trial"]: r for r in top if r.get("trial") is not None}.values())
-    s["top_k_retrained"] = len(top)
-    s["verdict"] = verdict
-    pub = s["published"]["linear_backbone"]
-    s["best_top_minus_published_linear_points"] = (
-        None if pub is None or not top else 100 * (max(r["linear_backbone"] for r in top) - pub))
-    s["goal_20"] = _goal(s)
-    s["rho_rank_vs_full_knn"] = spearman([-r["search_rank"] for r in top], [r["knn_backbone"] for r in top])
-    s["rho_rung_score_vs_full_knn"] = spearman([r.get("rung_score") for r in top], [r["knn_backbone"] for r in top])
-    s["rho_criteria_vs_full_knn"] = {c: spearman([r["search"].get(c) for r in top], [r["knn_backbone"] for r in top])
-                                     for c in CRITERIA if any(r["search"].get(c) is not None for r in top)}
-    return s
-
-
-def table(summaries: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
-    def f(x: Any, d: int = 3) -> str:
-        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{d}f}"
-
-    lines = ["| objective | head | seed | steps | backbone kNN | linear probe | head kNN | wall s | search rank | description |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in runs:
-        lines.append(f"| {r['objective']} | {r['label']} | {r['seed']} | {r['steps']} | {f(r['knn_backbone'])} | "
-                     f"{f(r['linear_backbone'])} | {f(r['knn_head'])} | {r['wall_s']:.0f} | {r.get('search_rank') or '-'} | "
-                     f"{r['desc']} |")
-    for s in summaries:
-        d = s["found_minus_published_linear_points"]
-        goal = s.get("goal_20") or ("-" if d is None else ("met" if d >= 1.0 else "NOT met"))
-        rho = s["rho_rank_vs_full_knn"]
-        lines += ["", f"**{s['objective']}**: found {f(s['found']['linear_backbone'])} vs published "
-                      f"{f(s['published']['linear_backbone'])} linear probe (seeds {s['found']['seeds']} / "
-                      f"{s['published']['seeds']}): {f(d, 1)} points (goal >= +1: {goal}); search ranking vs full-budget "
-                      f"kNN over {s['top_k_retrained']} re-trained heads: rho = {f(rho['rho'], 2)} (p = {f(rho['p'], 3)}; "
-                      f"goal >= 0.6: {'-' if rho['rho'] is None else ('met' if rho['rho'] >= 0.6 else 'NOT met')}); "
-                      f"first-rung score: rho = {f(s['rho_rung_score_vs_full_knn']['rho'], 2)}"
-                      + _verdict_text(s.get("verdict")),
-                  "", "| criterion (at search time) | rho vs full-budget kNN | n |", "|---|---|---|"]
-        for c, v in s["rho_criteria_vs_full_knn"].items():
-            lines.append(f"| {c} | {f(v['rho'], 2)} | {v['n']} |")
-    return "\n".join(lines) + "\n"
-
-
-def _verdict_text(v: dict[str, Any] | None) -> str:
-    if not v:
-        return "; the search had no verdict"
-    return f"; the search's verdict: {v['recommended']} ({v['reason']})"
-
-
 # ---------------------------------------------------------------------- main
 def plan(objective: str, folder: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The runs of one objective, most important first (found and published at the first seed,
@@ -338,7 +254,47 @@ def plan(objective: str, folder: Path, args: argparse.Namespace) -> list[dict[st
     return runs
 
 
-def main(argv: list[str] | None = None) -> int:
+def measure_objective(objective: str, folder: Path, args: argparse.Namespace, data: dict[str, str], out: Path,
+                      prior: dict[tuple[str, str], dict[str, Any]], runs: list[dict[str, Any]],
+                      summaries: list[dict[str, Any]], t0: float) -> str | None:
+    """Train the :func:`plan` of ``objective`` (its search in ``folder``), each head and seed once
+    (a run with the same head and seed under another label, or one of ``prior``, is not trained
+    again), appending each run to ``runs`` and rewriting the results after it; then append the
+    objective's summary to ``summaries``. Returns why it stopped early (``--time-budget`` spent
+    since ``t0``), or None."""
+    scale = SCALES[args.scale]
+    stopped = None
+    verdict = json.loads((folder / "search.json").read_text()).get("verdict")
+    mine: list[dict[str, Any]] = []
+    trained: dict[str, dict[str, Any]] = {}
+    for run in plan(objective, folder, args):
+        if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
+            stopped = f"time budget of {args.time_budget:.0f} s spent before {objective} {run['label']} seed {run['seed']}"
+            break
+        tag = f"{run['label']}_s{run['seed']}"
+        key = json.dumps([run["head"], run["seed"]], sort_keys=True)
+        if key in trained:  # the same head and seed under another label (e.g. the best deep head is the best)
+            rec = trained[key]
+        elif (objective, key) in prior:  # measured in an earlier sitting (its run folder may be gone)
+            rec = trained[key] = prior[(objective, key)]
+        else:
+            cfg = train_config(objective, data, run["seed"], args.epochs, scale["n_train"], scale["n_test"],
+                               run["head"], out / objective / "runs" / tag, args.backbone)
+            print(f"[{objective}] {tag}: {run['desc']} ({args.epochs} epochs)", flush=True)
+            rec = trained[key] = train_one(cfg)
+        run.update(rec, objective=objective)
+        mine.append(run)
+        runs.append(run)
+        print(f"[{objective}] {tag}: backbone kNN {rec['knn_backbone']:.3f}, linear {rec['linear_backbone']:.3f} "
+              f"in {rec['wall_s']:.0f} s", flush=True)
+        summaries_now = summaries + [summarise(objective, mine, args.seeds, verdict)]
+        _write(out, args, runs, summaries_now, stopped, time.perf_counter() - t0)
+    summaries.append(summarise(objective, mine, args.seeds, verdict))
+    return stopped
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`; a flag left out takes its ``--scale``'s default."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", choices=sorted(SCALES), default="cpu")
     ap.add_argument("--objective", nargs="+", default=None, help="objectives (default: the scale's)")
@@ -360,7 +316,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", default=None, help="results.json whose objectives are taken as measured")
     ap.add_argument("--results", default=None,
                     help="a tracked copy of results.json, written after every run; its finished runs are not trained again")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     scale = SCALES[args.scale]
     for key in ("objectives", "epochs", "seeds", "top_k", "published_widths"):
         name = "objective" if key == "objectives" else key
@@ -390,32 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         folder = run_the_search(objective, out, data, args.seeds[0], scale, args.search_timeout, args.backbone,
                                 args.search_trials, **({"score": args.score} if args.score else {}))
-        verdict = json.loads((folder / "search.json").read_text()).get("verdict")
-        mine: list[dict[str, Any]] = []
-        trained: dict[str, dict[str, Any]] = {}
-        for run in plan(objective, folder, args):
-            if args.time_budget is not None and time.perf_counter() - t0 > args.time_budget:
-                stopped = f"time budget of {args.time_budget:.0f} s spent before {objective} {run['label']} seed {run['seed']}"
-                break
-            tag = f"{run['label']}_s{run['seed']}"
-            key = json.dumps([run["head"], run["seed"]], sort_keys=True)
-            if key in trained:  # the same head and seed under another label (e.g. the best deep head is the best)
-                rec = trained[key]
-            elif (objective, key) in prior:  # measured in an earlier sitting (its run folder may be gone)
-                rec = trained[key] = prior[(objective, key)]
-            else:
-                cfg = train_config(objective, data, run["seed"], args.epochs, scale["n_train"], scale["n_test"],
-                                   run["head"], out / objective / "runs" / tag, args.backbone)
-                print(f"[{objective}] {tag}: {run['desc']} ({args.epochs} epochs)", flush=True)
-                rec = trained[key] = train_one(cfg)
-            run.update(rec, objective=objective)
-            mine.append(run)
-            runs.append(run)
-            print(f"[{objective}] {tag}: backbone kNN {rec['knn_backbone']:.3f}, linear {rec['linear_backbone']:.3f} "
-                  f"in {rec['wall_s']:.0f} s", flush=True)
-            summaries_now = summaries + [summarise(objective, mine, args.seeds, verdict)]
-            _write(out, args, runs, summaries_now, stopped, time.perf_counter() - t0)
-        summaries.append(summarise(objective, mine, args.seeds, verdict))
+        stopped = measure_objective(objective, folder, args, data, out, prior, runs, summaries, t0)
         if stopped:
             break
     _write(out, args, runs, summaries, stopped, time.perf_counter() - t0)

@@ -82,6 +82,37 @@ def top_condition(lam: list[float], m: int) -> float:
     return lam[0] / lam[m - 1]
 
 
+def plot(args, title: str, trained: dict, init: dict, m: int, d: int) -> None:
+    """linear_whitening.png: the spectra on the numerical range (Σ_Z, W Σ_Z Wᵀ at init and
+    trained, the effective rank ``m``) beside the full float32 spectrum the paper's clamp sees."""
+    plt = C.pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
+    ax = axes[0]
+    for label, lam, style in (("Σ_Z (backbone)", trained["spectrum_z"], "k-"),
+                              ("W Σ_Z Wᵀ, random init", init["spectrum_e_range"], "c--"),
+                              ("W Σ_Z Wᵀ, trained", trained["spectrum_e_range"], "r-")):
+        lam = torch.tensor(lam)
+        ax.semilogy(range(1, len(lam) + 1), (lam / lam.mean()).tolist(), style, label=f"{label}: cond {lam[0] / lam[-1]:.3g}")
+    ax.axhline(1, color="gray", lw=0.8)
+    ax.axvline(m, color="r", ls=":", lw=1, label=f"effective rank of trained W Σ_Z Wᵀ: m = {m}")
+    ax.legend(fontsize=8)
+    ax.set_xlabel("eigenvalue index (on the range)")
+    ax.set_ylabel("λ_i / mean λ")
+    ax.set_title("corrected: spectra on the numerical range")
+    ax = axes[1]
+    lam = torch.tensor(trained["spectrum_e_normalised_float32"]).abs().clamp_min(1e-30)
+    ax.semilogy(range(1, len(lam) + 1), lam.tolist(), "r-", label="cov of normalised head outputs (float32), trained")
+    ax.axhline(1e-7, color="k", ls="--", lw=1, label="the tracker's clamp 1e-7")
+    ax.axvline(d, color="gray", ls=":", lw=1, label=f"rank ≤ d = {d}")
+    ax.set_xlabel("eigenvalue index (all k)")
+    ax.set_ylabel("|λ_i|")
+    ax.set_title(f"paper's formula: λ_max/1e-7 = {trained['cond_paper_e']:.3g}")
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontweight="bold", fontsize=9)
+    fig.tight_layout()
+    C.figure(args.out / "linear_whitening.png", fig)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = C.finish_args(C.parser(__doc__, "linear_whitening").parse_args(argv))
     t0 = time.perf_counter()
@@ -125,32 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add("metric WᵀW condition number, trained | init", None, None,
           f"{gt['metric_condition']:.3g} | {gi['metric_condition']:.3g}")
 
-    plt = C.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
-    ax = axes[0]
-    for label, lam, style in (("Σ_Z (backbone)", trained["spectrum_z"], "k-"),
-                              ("W Σ_Z Wᵀ, random init", init["spectrum_e_range"], "c--"),
-                              ("W Σ_Z Wᵀ, trained", trained["spectrum_e_range"], "r-")):
-        lam = torch.tensor(lam)
-        ax.semilogy(range(1, len(lam) + 1), (lam / lam.mean()).tolist(), style, label=f"{label}: cond {lam[0] / lam[-1]:.3g}")
-    ax.axhline(1, color="gray", lw=0.8)
-    ax.axvline(m, color="r", ls=":", lw=1, label=f"effective rank of trained W Σ_Z Wᵀ: m = {m}")
-    ax.legend(fontsize=8)
-    ax.set_xlabel("eigenvalue index (on the range)")
-    ax.set_ylabel("λ_i / mean λ")
-    ax.set_title("corrected: spectra on the numerical range")
-    ax = axes[1]
-    lam = torch.tensor(trained["spectrum_e_normalised_float32"]).abs().clamp_min(1e-30)
-    ax.semilogy(range(1, len(lam) + 1), lam.tolist(), "r-", label="cov of normalised head outputs (float32), trained")
-    ax.axhline(1e-7, color="k", ls="--", lw=1, label="the tracker's clamp 1e-7")
-    ax.axvline(d, color="gray", ls=":", lw=1, label=f"rank ≤ d = {d}")
-    ax.set_xlabel("eigenvalue index (all k)")
-    ax.set_ylabel("|λ_i|")
-    ax.set_title(f"paper's formula: λ_max/1e-7 = {trained['cond_paper_e']:.3g}")
-    ax.legend(fontsize=8)
-    fig.suptitle(t.title, fontweight="bold", fontsize=9)
-    fig.tight_layout()
-    C.figure(args.out / "linear_whitening.png", fig)
+    plot(args, t.title, trained, init, m, d)
     C.report(args, [t], {"trained": trained, "init": init, "effective_rank": er, "top_condition": top, "m": m,
                          "run": str(run), "train_s": round(train_s, 1)}, t0)
 

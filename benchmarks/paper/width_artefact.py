@@ -33,7 +33,6 @@ notebook: 64 images resized to 224 px; its blur σ are in 224-px pixels, here in
 """
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -80,18 +79,9 @@ def isometry(k: int, width: int, seed: int) -> torch.Tensor:
     return q.float()
 
 
-def main(argv: list[str] | None = None) -> None:
-    from geohead.geometry.orbits import compression, space_geometry
-
-    args = C.finish_args(C.parser(__doc__, "width_artefact").parse_args(argv))
-    t0 = time.perf_counter()
-    cfg, (model, run, (mean, std), train_s) = table1_model(args)
-    test = C.load_split(args, train=False)
-    g = torch.Generator().manual_seed(args.seed)
-    n = 16 if args.scale == "smoke" else 64
-    imgs = C.to_unit(test.images[torch.randperm(len(test), generator=g)[:n]])
-    encode = C.encoder(model.backbone, mean, std)
-
+def orbit_embeddings(model, encode, imgs: torch.Tensor, n: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per orbit family: the backbone features z (N, P, d) of the orbit of each of the ``n`` images
+    and the head's outputs h (N, P, k)."""
     per_family = {}
     for fam in FAMILIES:
         params, fn = sweep(fam)
@@ -99,17 +89,23 @@ def main(argv: list[str] | None = None) -> None:
         with torch.no_grad():
             h = model.head(z.reshape(-1, z.shape[-1])).reshape(n, len(params), -1)
         per_family[fam] = (z, h)
-    z, h = per_family["rotation"]
-    d, k = z.shape[-1], h.shape[-1]
+    return per_family
 
-    t = C.Table(f"Width artefact: heads of equal function, different width (rotation orbits 0-45°, {n} test images, "
-                f"Table 1 head {d}→{k}, backbone {cfg.backbone.name}, scale {args.scale})")
-    rows, curves = [], {"head": [], "identity": []}
+
+def width_table(title: str, z: torch.Tensor, h: torch.Tensor, scale: str, seed: int) -> tuple[C.Table, dict]:
+    """The table of heads of equal function and different width on the rotation orbits ``z``, ``h``:
+    the trained head followed by isometries ×m, and the identity head z ↦ Qz up to DINO's k/d;
+    with its curves (width, notebook ratio, relative compression) per kind of head."""
+    from geohead.geometry.orbits import compression, space_geometry
+
+    d, k = z.shape[-1], h.shape[-1]
+    t = C.Table(title)
+    curves = {"head": [], "identity": []}
     gz = space_geometry(z)
     base = None
-    multiples = (1, 2, 4) if args.scale == "smoke" else (1, 2, 4, 8)
+    multiples = (1, 2, 4) if scale == "smoke" else (1, 2, 4, 8)
     for m in multiples:
-        he = h if m == 1 else h @ isometry(k, m * k, args.seed + m).T
+        he = h if m == 1 else h @ isometry(k, m * k, seed + m).T
         r = notebook_ratio(z, he)
         rel = compression(gz, space_geometry(he))["relative"]
         base = base or r
@@ -118,11 +114,19 @@ def main(argv: list[str] | None = None) -> None:
               f"notebook ratio / m = {r / m:.3g}")
     factor = 65536 / 384
     for width in (d, 16 * d, round(factor * d)):
-        ze = z if width == d else z @ isometry(d, width, args.seed).T
+        ze = z if width == d else z @ isometry(d, width, seed).T
         r = notebook_ratio(z, ze)
         rel = compression(gz, space_geometry(ze))["relative"]
         curves["identity"].append((width, r, rel))
         t.add(f"identity head z ↦ Qz, width {width} ({width / d:.4g}·d)", None, r, rel, "a head that does nothing")
+    return t, curves
+
+
+def family_table(per_family: dict, d: int, k: int) -> tuple[C.Table, dict]:
+    """Our Table 1 head by orbit family: the notebook's ratio, that ratio with the width factor
+    k/d removed, and the relative compression."""
+    from geohead.geometry.orbits import compression, space_geometry
+
     fam_t = C.Table(f"Our Table 1 head by orbit family: the notebook's formula vs relative compression "
                     f"(k/d = {k}/{d} = {k / d:.3g})")
     fam_res = {}
@@ -131,12 +135,22 @@ def main(argv: list[str] | None = None) -> None:
         rel = compression(space_geometry(zf), space_geometry(hf))["relative"]
         fam_res[fam] = {"notebook": r, "width_removed": r * d / k, "relative": rel}
         fam_t.add(f"{fam}", None, r, rel, f"notebook ÷ (k/d) = {r * d / k:.3g}")
+    return fam_t, fam_res
+
+
+def published_table() -> C.Table:
+    """The published pretrained-model ratios with the width factor k/d removed."""
     pub_t = C.Table("Published pretrained-model ratios (pretrained.ipynb) with the width factor k/d removed")
     for name, p in PUBLISHED.items():
         f = p["k"] / p["d"]
         for fam, r in zip(FAMILIES, p["ratios"]):
             pub_t.add(f"{name}, {fam}", r, "n/a offline", r / f, f"k/d = {p['k']}/{p['d']} = {f:.3g}")
+    return pub_t
 
+
+def plot(args, curves: dict, d: int) -> None:
+    """width_artefact.png: the ratios against the head's width, beside the published ratios with
+    and without the width factor."""
     plt = C.pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(14, 5))
     ax = axes[0]
@@ -168,6 +182,28 @@ def main(argv: list[str] | None = None) -> None:
     fig.suptitle("The d_head/d_backbone factor of the per-dimension variance ratio", fontweight="bold")
     fig.tight_layout()
     C.figure(args.out / "width_artefact.png", fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = C.finish_args(C.parser(__doc__, "width_artefact").parse_args(argv))
+    t0 = time.perf_counter()
+    cfg, (model, run, (mean, std), train_s) = table1_model(args)
+    test = C.load_split(args, train=False)
+    g = torch.Generator().manual_seed(args.seed)
+    n = 16 if args.scale == "smoke" else 64
+    imgs = C.to_unit(test.images[torch.randperm(len(test), generator=g)[:n]])
+    encode = C.encoder(model.backbone, mean, std)
+
+    per_family = orbit_embeddings(model, encode, imgs, n)
+    z, h = per_family["rotation"]
+    d, k = z.shape[-1], h.shape[-1]
+
+    t, curves = width_table(f"Width artefact: heads of equal function, different width (rotation orbits 0-45°, {n} test "
+                            f"images, Table 1 head {d}→{k}, backbone {cfg.backbone.name}, scale {args.scale})",
+                            z, h, args.scale, args.seed)
+    fam_t, fam_res = family_table(per_family, d, k)
+    pub_t = published_table()
+    plot(args, curves, d)
     C.report(args, [t, fam_t, pub_t], {"curves": curves, "families": fam_res, "run": str(run), "d": d, "k": k,
                                        "n_images": n, "published": PUBLISHED}, t0)
 
