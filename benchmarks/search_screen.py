@@ -18,11 +18,17 @@ Usage:  flock /tmp/geohead-bench.lock python benchmarks/search_screen.py [--obje
 from __future__ import annotations
 
 import argparse
-import importlib
 import statistics
 import time
 
+import optuna
 import torch
+
+from geohead.geometry import EscapeSettings, escape_curvature
+from geohead.objectives import CollapsedState
+from geohead.search.config import SearchConfig
+from geohead.search.criteria import build_head, screen
+from geohead.search.inputs import prepare_trial_inputs
 
 GOAL_S = 2.0
 
@@ -42,8 +48,6 @@ def candidates(prepared, n_random: int, seed: int) -> list:
     """The HeadSpecs screened: the largest head of the default space at width ``in_dim``, the
     method's standard head narrowed to the space, a linear head, and ``n_random`` more drawn from
     the default space (seeded)."""
-    import optuna
-
     d = prepared.in_dim
     base = prepared.base_spec
     specs = [
@@ -61,10 +65,6 @@ def candidates(prepared, n_random: int, seed: int) -> list:
 
 def full_escape(spec, inp) -> float:
     """The baseline's escape part: escape_curvature fast mode with every part computed."""
-    from geohead.geometry import EscapeSettings, escape_curvature
-    from geohead.objectives import CollapsedState
-    from geohead.search.criteria import build_head
-
     head, pred = build_head(spec, inp.z1, inp.seed, inp.predictor_spec(spec.output_dim))
     state = CollapsedState(inp.collapsed[0], inp.collapsed[1], "complete", 0, inp.spread)
     t = time.perf_counter()
@@ -76,10 +76,6 @@ def full_escape(spec, inp) -> float:
 def time_candidates(specs: list, inp) -> list[tuple]:
     """After a warm-up screen, each candidate's row: (description, screen s, of which escape s,
     baseline escape s, baseline screen s, the screen's criteria)."""
-    from geohead.geometry import EscapeSettings, escape_curvature
-    from geohead.objectives import CollapsedState
-    from geohead.search.criteria import build_head, screen
-
     screen(specs[-1], inp)  # warm-up (first-call allocations)
     rows = []
     for spec in specs:
@@ -115,15 +111,6 @@ def print_table(rows: list[tuple]) -> None:
 def main() -> None:
     args = parser().parse_args()
     torch.set_num_threads(args.threads)
-
-    import optuna
-
-    # the modules the timing uses, loaded before the setup's clock starts
-    for module in ("geohead.geometry", "geohead.objectives", "geohead.search.criteria"):
-        importlib.import_module(module)
-    from geohead.search.config import SearchConfig
-    from geohead.search.inputs import prepare_trial_inputs
-
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     t0 = time.perf_counter()
     cfg = SearchConfig(objective=args.objective, backbone=args.backbone, n_train=1024, probe_train=256, probe_test=128,
