@@ -31,7 +31,8 @@ epochs and fell 0.8 below it at 300 (seed 0), so a verdict at the trials' schedu
 for a long one. The same holds for width: on the user's backbone (``confirm_backbone``;
 ``OUT/confirm/<label>_s<seed>_<steps>steps_<backbone>``, both heads rescaled to its d by the
 caller's ``measure``) the runs are compared at the fresh seeds alone; on the ladder Barlow Twins'
-pick led by +1.5 linear points on the 128-d proxy and fell 2.8 behind on the 512-d ResNet-18.
+pick led on the 128-d proxy and fell behind on the 512-d ResNet-18 (the margins, over the seeds
+measured so far: ``geohead/search/ladder.json``, width axis).
 
 Measured on six CIFAR-10 searches with 20-epoch truths (benchmarks/verdict_seeds.py; docs/results.md,
 "The verdict's noise, measured"): the seed moves both heads together (DINO: the published head's
