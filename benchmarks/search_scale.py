@@ -348,8 +348,10 @@ def ladder_record(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if pts:
                 far = max(r[key] for r in pts)
                 at = [r for r in pts if r[key] == far]
+                at = sorted(at, key=lambda r: r["seed"])
                 axes[name] = {"at": label.format(far), "margin": _mean(at, "margin_linear"),
-                              "knn_margin": _mean(at, "margin_knn"), "seeds": sorted(r["seed"] for r in at)}
+                              "knn_margin": _mean(at, "margin_knn"), "seeds": [r["seed"] for r in at],
+                              "seed_margins": [round(r["margin_linear"], 2) for r in at]}
         at = [r for r in mine if r["axis"] == "proxy"]
         out[o] = {"proxy": {"margin": _mean(at, "margin_linear"), "knn_margin": _mean(at, "margin_knn"),
                             "seeds": sorted(r["seed"] for r in at)}, "axes": axes}

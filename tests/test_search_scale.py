@@ -189,3 +189,18 @@ def test_pairs_that_recorded_criteria_give_the_verdict_a_confirm_backbone_search
     assert scale.verdicts(scale.margins(runs[:2])) == []
     unmeasured = {k: v for k, v in runs[0].items() if k != "criteria"}
     assert "margin_score" not in scale.margins([unmeasured, runs[1]])[0]
+
+
+def test_the_ladder_keeps_each_seeds_linear_margin_beside_the_mean(scale):
+    def row(axis, seed, lin, knn, d=128):
+        return {"objective": "simclr", "axis": axis, "seed": seed, "d": d, "n_train": 10_000, "epochs": 20,
+                "margin_linear": lin, "margin_knn": knn}
+
+    rows = [row("proxy", 0, 2.5, 2.1), row("proxy", 1, 2.6, 2.2),   # seeds out of order at the far end
+            row("width_full", 1, 3.27, 2.25, 512), row("width_full", 0, 0.06, 1.85, 512), row("width_w32", 0, 0.9, 0.0, 256)]
+    width = scale.ladder_record(rows)["objectives"]["simclr"]["axes"]["width"]
+    assert width == {"at": "d=512", "margin": 1.67, "knn_margin": 2.05, "seeds": [0, 1], "seed_margins": [0.06, 3.27]}
+    from geohead.search.ladder import findings
+    phrase = findings("simclr", scale.ladder_record(rows))["width"]
+    assert phrase == ("holds", "width (d=512): +1.7 points, proxy +2.5: holds; kNN +2.0, proxy +2.1: holds "
+                               "(seeds 0, 1: linear +0.1 / +3.3)")

@@ -9,7 +9,8 @@ proxy's, **shrinks** when it is positive but below that, and **turns** when the 
 as good or better there. An axis's finding is the worse of its two probes' (the linear probe
 leads; an axis where only kNN turns is still one to re-check). The search prints this with its
 verdict, and ``geohead train --head`` names the finding for each axis on which the run is bigger
-than the proxy: the axes to re-check first.
+than the proxy: the axes to re-check first. The finding reads the mean over the seeds; each
+seed's linear margin is printed beside it.
 """
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def axis_finding(proxy_margin: float, margin: float) -> str:
 def findings(objective: str, ladder: dict[str, Any] | None = None) -> dict[str, tuple[str, str]]:
     """axis -> (``holds`` / ``shrinks`` / ``turns``, one phrase of what the ladder measured), e.g.
     ``("turns", "data (40,000 images): +1.2 points, proxy +1.5: holds; kNN -0.4, proxy +1.9: turns
-    (seeds 0, 1)")``, for each axis measured for ``objective``; the kNN part where it was recorded."""
+    (seeds 0, 1: linear +1.5 / +0.8)")``, for each axis measured for ``objective``; the kNN part
+    where it was recorded, and each seed's linear margin (``seed_margins``) where there are two or
+    more, so a mean that holds over one seed that is level says so."""
     rec = (ladder or load_ladder())["objectives"].get(objective)
     if not rec:
         return {}
@@ -57,7 +60,9 @@ def findings(objective: str, ladder: dict[str, Any] | None = None) -> dict[str, 
             phrase += f"; kNN {_points(a['knn_margin'])}, proxy {proxy['knn_margin']:+.1f}: {knn}"
             verdict = max(linear, knn, key=FINDINGS.index)
         seeds = ", ".join(str(s) for s in a["seeds"])
-        out[axis] = (verdict, f"{phrase} (seed{'s' if len(a['seeds']) > 1 else ''} {seeds})")
+        spread = a.get("seed_margins") or []
+        by_seed = f": linear {' / '.join(_points(m) for m in spread)}" if len(spread) > 1 else ""
+        out[axis] = (verdict, f"{phrase} (seed{'s' if len(a['seeds']) > 1 else ''} {seeds}{by_seed})")
     return out
 
 
