@@ -347,8 +347,7 @@ def ladder_record(rows: list[dict[str, Any]]) -> dict[str, Any]:
             pts = [r for r in mine if r["axis"] in members]
             if pts:
                 far = max(r[key] for r in pts)
-                at = [r for r in pts if r[key] == far]
-                at = sorted(at, key=lambda r: r["seed"])
+                at = sorted((r for r in pts if r[key] == far), key=lambda r: r["seed"])
                 axes[name] = {"at": label.format(far), "margin": _mean(at, "margin_linear"),
                               "knn_margin": _mean(at, "margin_knn"), "seeds": [r["seed"] for r in at],
                               "seed_margins": [round(r["margin_linear"], 2) for r in at]}
