@@ -198,9 +198,10 @@ def test_the_ladder_keeps_each_seeds_linear_margin_beside_the_mean(scale):
 
     rows = [row("proxy", 0, 2.5, 2.1), row("proxy", 1, 2.6, 2.2),   # seeds out of order at the far end
             row("width_full", 1, 3.27, 2.25, 512), row("width_full", 0, 0.06, 1.85, 512), row("width_w32", 0, 0.9, 0.0, 256)]
-    width = scale.ladder_record(rows)["objectives"]["simclr"]["axes"]["width"]
+    record = scale.ladder_record(rows)
+    width = record["objectives"]["simclr"]["axes"]["width"]
     assert width == {"at": "d=512", "margin": 1.67, "knn_margin": 2.05, "seeds": [0, 1], "seed_margins": [0.06, 3.27]}
     from geohead.search.ladder import findings
-    phrase = findings("simclr", scale.ladder_record(rows))["width"]
+    phrase = findings("simclr", record)["width"]
     assert phrase == ("holds", "width (d=512): +1.7 points, proxy +2.5: holds; kNN +2.0, proxy +2.1: holds "
                                "(seeds 0, 1: linear +0.1 / +3.3)")
