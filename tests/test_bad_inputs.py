@@ -123,6 +123,8 @@ CLI: list[tuple[str, list[str], str]] = [
     ("train-head-huge", ["train", RECIPE, *TRAIN_TINY, "--head", "huge.json"], "hidden_dim"),
     ("train-huge-label", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="huge_label.npz"'], "1099511627776"),
     ("train-resume-bitflip", ["train", RECIPE, *TRAIN_TINY, "--out", "run_flip"], "checksum"),
+    ("train-test-missing", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.test="missing.npz"'], "missing.npz"),
+    ("train-test-unknown-name", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.test="cifar11"'], "cifar10"),
     # search
     ("search-lr-inf", ["search", *SEARCH_TINY, "--set", "optim.lr=inf"], "optim.lr"),
     ("search-lr-nan", ["search", *SEARCH_TINY, "--set", "optim.lr=nan"], "optim.lr"),
@@ -389,7 +391,7 @@ def planted(prepared) -> Path:
     (w / "run_link_legacy" / "last.safetensors").unlink()
     _link(w / "run_link_legacy", "last.ckpt", out / "last.safetensors")
     for name, target in {"criteria_vs_knn.png": "victim.png", "trials.csv": "victim.txt", "search.json": "secret.json",
-                         "study.db": "victim.txt"}.items():
+                         "study.db": "victim.txt", "other.png": "victim.png"}.items():
         folder = w / f"search_link_{name.split('.')[0]}"
         folder.mkdir()
         (folder / "trials.csv").write_text("number,state\n0,COMPLETE\n")
@@ -439,6 +441,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("report-search-plot-link-out", ["report", "search_link_criteria_vs_knn", "--out", "r"], "criteria_vs_knn.png"),
         ("report-trials-link-out", ["report", "search_link_trials", "--out", "r"], "trials.csv"),
         ("report-search-json-link-out", ["report", "search_link_search", "--out", "r"], "search.json"),
+        ("report-search-other-png-link-out", ["report", "search_link_other", "--out", "r"], "other.png"),
         ("export-ckpt-link-out", ["export", "run_link_last", "--out", "e"], "last.safetensors"),
         ("export-legacy-ckpt-link-out", ["export", "run_link_legacy", "--out", "e"], "last.ckpt"),
         ("export-diagnose-of-export-config-link-out", ["diagnose", "exp_link_config", "--json", "d.json"], "config.json"),
@@ -480,6 +483,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("train-probe-n-test-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"probe.n_test={BIG}"], "probe.n_test"),
         ("train-img-size-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "data.img_size=100000"], "data.img_size"),
         ("train-seed-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"seed={2 ** 65}"], "seed"),
+        ("train-view-size-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={size=1000.0}"], "size <= 32"),
+        ("train-view-count-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={count=100000}"], "count <= 64"),
         ("diagnose-n-test-huge", ["diagnose", "run", "--json", "d.json", "--n-test", BIG], BIG),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),

@@ -469,6 +469,32 @@ def test_the_search_plots_replace_a_planted_link(tmp_path) -> None:
     assert target.read_text() == "precious\n"
 
 
+@pytest.mark.usefixtures("one_thread")
+def test_a_search_report_elsewhere_leaves_the_search_folder_as_it_was(tmp_path) -> None:
+    """Before: ``geohead report SEARCH --out R`` redrew the plots inside SEARCH (replacing the
+    search's own PNGs; a traceback where SEARCH was read-only). Now it draws them into R and
+    only reads SEARCH; with no --out (R = SEARCH) the plots there are replaced as before."""
+    from geohead.cli import main
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    header = "number,state,score,knn_backbone,rankme_backbone,orbit_compression,depth,hidden_dim,out_dim,activation,norm"
+    rows = [f"{i},COMPLETE,{0.1 * i},{0.2 + 0.05 * i},{10 + i},{0.3 - 0.01 * i},{2 + i % 2},{64 * (1 + i % 3)},64,silu,batch"
+            for i in range(6)]
+    (folder / "trials.csv").write_text("\n".join([header, *rows]) + "\n")
+    (folder / "param_importances.png").write_bytes(b"the search's own plot, older than the trials")
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()}
+    res = CliRunner().invoke(main, ["report", str(folder), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in folder.iterdir()} == before
+    drawn = sorted(p.name for p in (tmp_path / "r").glob("*.png"))
+    assert "param_importances.png" in drawn and (tmp_path / "r" / "param_importances.png").read_bytes()[:4] == b"\x89PNG"
+    html_text = (tmp_path / "r" / "report.html").read_text()
+    assert html_text.count("data:image/png;base64,") == len(drawn)  # the stale copy in the folder is not embedded
+    assert CliRunner().invoke(main, ["report", str(folder)]).exit_code == 0
+    assert (folder / "param_importances.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_export_backbone_takes_torchvision_resnets_as_the_cli_does(tmp_path) -> None:
     """lightly's docs build ``nn.Sequential(*list(resnet.children())[:-1])``; the CLI exported its
     state_dict, the Python API refused the module itself (pointing at model_args)."""

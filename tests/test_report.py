@@ -121,9 +121,9 @@ def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch, relative) 
     (folder / "search.json").write_text(json.dumps({"objective": "barlow", "plots": {"pareto": "pareto.png"}}))
     calls = []
 
-    def write_search_plots(out_dir: Path) -> list[Path]:
+    def write_search_plots(out_dir: Path, dest: Path) -> list[Path]:
         calls.append(Path(out_dir))
-        return [draw(Path(out_dir) / "criteria_vs_accuracy.png", "scatter")]
+        return [draw(Path(dest) / "criteria_vs_accuracy.png", "scatter")]
 
     draw(folder / "extra.png", "a plot search.json does not name")
     monkeypatch.setitem(sys.modules, "geohead.search", types.SimpleNamespace(write_search_plots=write_search_plots))

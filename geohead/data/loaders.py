@@ -101,29 +101,11 @@ def load_dataset(
     if key in ("cifar10", "cifar100"):
         data = _load_cifar(key, root, train, download)
     else:
+        error = source_error(name_or_path)
+        if error is not None:
+            raise error
         path = Path(name_or_path).expanduser()
-        looks_like_path = isinstance(name_or_path, os.PathLike) or any(c in str(name_or_path) for c in "/\\.")
-        if not path.exists():
-            if looks_like_path:
-                raise FileNotFoundError(
-                    f"dataset path {str(path)!r} does not exist; pass an existing .npz file or image "
-                    f"folder, or one of the built-in names {list(DATASET_NAMES)}"
-                )
-            close = difflib.get_close_matches(str(name_or_path).lower(), DATASET_NAMES, n=2, cutoff=0.5)
-            hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
-            raise ValueError(
-                f"unknown dataset {str(name_or_path)!r}{hint}; valid names are {list(DATASET_NAMES)}, or "
-                "pass a path to an .npz file or to an image folder (one subfolder per class)"
-            )
-        if path.is_dir():
-            data = _load_folder(path, img_size)
-        elif path.suffix.lower() == ".npz":
-            data = _load_npz(path)
-        else:
-            raise ValueError(
-                f"cannot read {str(path)!r}: expected {NPZ_LAYOUT}, or a folder of images with one "
-                "subfolder per class"
-            )
+        data = _load_folder(path, img_size) if path.is_dir() else _load_npz(path)
     if n is not None and n < len(data):
         g = torch.Generator().manual_seed(int(seed))
         idx = torch.randperm(len(data), generator=g)[: int(n)].sort().values
@@ -131,6 +113,28 @@ def load_dataset(
     if img_size is not None and data.img_size != (img_size, img_size):
         data = _resized(data, int(img_size))
     return data
+
+
+def source_error(name_or_path: str | os.PathLike) -> Exception | None:
+    """The error :func:`load_dataset` raises for a source that names no dataset, found without
+    reading it (None when it names one): ``FileNotFoundError`` for a missing path, ``ValueError``
+    for an unknown name or a file that is neither an .npz nor a folder. A built-in name passes
+    (CIFAR's files are checked when loaded)."""
+    if isinstance(name_or_path, str) and name_or_path.lower() in DATASET_NAMES:
+        return None
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() or (path.is_file() and path.suffix.lower() == ".npz"):
+        return None
+    if path.exists():
+        return ValueError(f"cannot read {str(path)!r}: expected {NPZ_LAYOUT}, or a folder of images with one "
+                          "subfolder per class")
+    if isinstance(name_or_path, os.PathLike) or any(c in str(name_or_path) for c in "/\\."):
+        return FileNotFoundError(f"dataset path {str(path)!r} does not exist; pass an existing .npz file or image "
+                                 f"folder, or one of the built-in names {list(DATASET_NAMES)}")
+    close = difflib.get_close_matches(str(name_or_path).lower(), DATASET_NAMES, n=2, cutoff=0.5)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    return ValueError(f"unknown dataset {str(name_or_path)!r}{hint}; valid names are {list(DATASET_NAMES)}, or "
+                      "pass a path to an .npz file or to an image folder (one subfolder per class)")
 
 
 def size_problem(n: Any, img_size: Any, n_name: str = "n", size_name: str = "img_size") -> str | None:

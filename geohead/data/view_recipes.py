@@ -19,6 +19,10 @@ import math
 import torch
 from torch import Tensor
 
+#: Views of one kind per image (DINO's multi-crop uses 10 in all); a bound on what a recipe may ask for.
+MAX_VIEW_COUNT = 64
+
+
 @dataclasses.dataclass(frozen=True)
 class ViewSpec:
     """How to draw one kind of view (``count`` independent views of this kind per image).
@@ -67,8 +71,9 @@ class ViewSpec:
             raise ValueError(f"ViewSpec.crop_scale must satisfy 0 < min <= max <= 1, got {self.crop_scale}")
         if not 0.0 < self.crop_ratio[0] <= self.crop_ratio[1]:
             raise ValueError(f"ViewSpec.crop_ratio must satisfy 0 < min <= max, got {self.crop_ratio}")
-        if self.count < 1 or self.size <= 0:
-            raise ValueError(f"ViewSpec needs count >= 1 and size > 0, got count={self.count}, size={self.size}")
+        if not 1 <= self.count <= MAX_VIEW_COUNT or self.size <= 0:
+            raise ValueError(f"ViewSpec needs 1 <= count <= {MAX_VIEW_COUNT} and size > 0, got count={self.count}, "
+                             f"size={self.size}")
         if not 0.0 <= self.hue <= 0.5:
             raise ValueError(f"ViewSpec.hue must lie in [0, 0.5] turns, got {self.hue}")
         if min(self.brightness, self.contrast, self.saturation, self.rotation) < 0:

@@ -265,13 +265,14 @@ def _pngs_named(obj: Any) -> list[str]:
     return []
 
 
-def _search_report(folder: Path) -> _Page:
+def _search_report(folder: Path, out: Path) -> _Page:
+    """The page of a search folder, its plots drawn afresh into ``out`` (the folder is only read)."""
     page = _Page()
     try:
         from geohead.search import write_search_plots
     except ImportError as exc:
         raise ReportError(f"this geohead cannot plot searches (geohead.search is not importable: {exc})") from None
-    made = [Path(p) for p in write_search_plots(folder)]
+    made = [Path(p) for p in write_search_plots(folder, dest=out)]
     meta = _search_meta(folder, page)
     named = []
     for p in _pngs_named(meta):
@@ -282,9 +283,9 @@ def _search_report(folder: Path) -> _Page:
             named.append(q)
         else:
             page.notes.append(f"search.json names {p}, which does not exist")
-    # the plots drawn now (paths as given, relative to the working folder like ``folder`` itself),
-    # those search.json names, then every other PNG the folder holds
-    for p in made + named + sorted(folder.glob("*.png")):
+    # the plots drawn now, those search.json names, then every other PNG the folder holds; the
+    # folder's own copies of the drawn plots (_READS) are older versions of them
+    for p in made + [q for q in named + sorted(folder.glob("*.png")) if q.name not in _READS]:
         if p.is_file() and p.resolve() not in {q.resolve() for q in page.pngs}:
             page.pngs.append(p)
     page.blocks.append(("Search", "\n".join(_img(p) for p in page.pngs) or "<p>no plots</p>"))
@@ -335,7 +336,8 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     problem = folder_problem(out)
     if problem:
         raise ReportError(f"cannot write the report to {str(out)!r}: {problem}; give another --out folder")
-    refuse_links_out(folder, _READS, "report input", ReportError)  # nothing read or drawn through a link out
+    # nothing read or embedded through a link out: the files it reads and every PNG a search folder holds
+    refuse_links_out(folder, _READS + tuple(p.name for p in folder.glob("*.png")), "report input", ReportError)
     if kind == "search":
         _check_trials(folder / "trials.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -352,7 +354,7 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     return ReportResult(out / "report.html", [moved.get(p, p) for p in page.pngs], kind, page.notes)
 
 
-#: The files a report reads in its folder (and the search PNGs it redraws there).
+#: The files a report reads in its folder (and the search PNGs it draws afresh beside the report).
 _READS = ("metrics.jsonl", "config.json", "summary.json", "probes.json", "diagnose.json", "search.json", "trials.csv", "best_head.json",
           "criteria_vs_knn.png", "pareto_front.png", "param_importances.png")
 
@@ -361,7 +363,7 @@ def _draw(folder: Path, kind: str, out: Path, diag: Path) -> _Page:
     """The page of ``folder`` with its run PNGs drawn into ``out``; a malformed file (a JSON value
     of the wrong shape) is a :class:`ReportError` naming it."""
     try:
-        page = _run_report(folder, out, diag) if kind == "run" else _search_report(folder)
+        page = _run_report(folder, out, diag) if kind == "run" else _search_report(folder, out)
     except ReportError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:

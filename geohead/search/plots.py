@@ -29,8 +29,9 @@ def _figure(w: float, h: float, **kwargs: Any) -> Any:
     return agg_figure(w, h, dpi=100, **kwargs)
 
 
-def write_search_plots(out_dir: Path, meta: Mapping[str, Any] | None = None) -> list[Path]:
-    """(Re)create the search PNGs of ``out_dir`` from ``out_dir/trials.csv`` (matplotlib Agg).
+def write_search_plots(out_dir: Path, meta: Mapping[str, Any] | None = None, dest: Path | None = None) -> list[Path]:
+    """(Re)create the search PNGs of ``out_dir`` from ``out_dir/trials.csv`` (matplotlib Agg), in
+    ``dest`` when given (``geohead report --out``: the search folder is only read), else in ``out_dir``.
 
     Writes ``criteria_vs_knn.png`` (one panel per criterion the score weighs against backbone
     kNN accuracy, Spearman ρ and its p-value, exact below 10 trials, in each title),
@@ -53,15 +54,15 @@ def write_search_plots(out_dir: Path, meta: Mapping[str, Any] | None = None) -> 
     done = unique_complete(read_trials_csv(path))
     draw = (lambda: _plot_criteria(done, scored_terms(meta)), lambda: _plot_pareto(done),
             lambda: _plot_importances(done, meta.get("param_distributions")))
-    written = []
+    written, dest = [], out_dir if dest is None else Path(dest)
     for name, fn in zip(PLOTS, draw):
         fig = fn()
         if fig is None:
-            (out_dir / name).unlink(missing_ok=True)
+            (dest / name).unlink(missing_ok=True)
             continue
         # atomic_write: a link planted at the PNG's name is replaced, never written through
-        atomic_write(out_dir / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", bbox_inches="tight"))
-        written.append(out_dir / name)
+        atomic_write(dest / name, lambda tmp, fig=fig: fig.savefig(tmp, format="png", bbox_inches="tight"))
+        written.append(dest / name)
     return written
 
 

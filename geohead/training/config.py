@@ -36,8 +36,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-
-from geohead.data.loaders import MAX_SEED  # noqa: E402 - the one seed bound (shapes seeds are 2·seed + 1)
+from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
 
 
 class ConfigError(ValueError):
@@ -216,13 +215,7 @@ class TrainConfig:
             raise ConfigError(f"[objective_args]: {exc}") from None
         if self.data.views is not None:
             _choice("data.views", self.data.views, tuple(OBJECTIVES))
-        if self.data.view_args:
-            from geohead.data.view_recipes import get_recipe
-
-            try:
-                get_recipe(self.data.views or self.objective).replace(**self.data.view_args)
-            except (ValueError, TypeError) as exc:
-                raise ConfigError(f"[data.view_args]: {exc}") from None
+        self._check_views()
         self._check_numbers()
         self._check_backbone_args()
         if self.track.tensorboard and importlib.util.find_spec("tensorboard") is None:
@@ -230,6 +223,22 @@ class TrainConfig:
         if self.optim.max_steps is not None and self.optim.max_steps < 1:
             raise ConfigError(f"optim.max_steps must be >= 1 or unset, got {self.optim.max_steps}")
         return self
+
+    def _check_views(self) -> None:
+        """Valid ``data.view_args``, no view's side above the image bound, and a ``data.test`` that
+        names a dataset (checked before training, not first at the probes)."""
+        from geohead.data.view_recipes import get_recipe
+
+        try:
+            size = max(v.size for v in get_recipe(self.data.views or self.objective).replace(**self.data.view_args).views)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"[data.view_args]: {exc}") from None
+        if self.data.img_size is not None and size * self.data.img_size > MAX_IMG_SIZE:
+            raise ConfigError(f"[data.view_args]: size={size} makes views of {size * self.data.img_size:.0f} pixels from "
+                              f"data.img_size={self.data.img_size}, above {MAX_IMG_SIZE}; give size <= "
+                              f"{MAX_IMG_SIZE / self.data.img_size:g}")
+        if self.data.test is not None and source_error(self.data.test) is not None:
+            raise ConfigError(f"data.test: {source_error(self.data.test)}")
 
     def _check_numbers(self) -> None:
         """Sizes and rates in range, each error naming its key."""
@@ -256,8 +265,6 @@ class TrainConfig:
         for key, value in optional.items():
             if value is not None and not value >= 1:
                 raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
-        from geohead.data.loaders import size_problem
-
         for key in ("data.n_train", "data.n_test", "probe.n_train", "probe.n_test"):
             problem = size_problem(_lookup(self, key), self.data.img_size, key, "data.img_size")
             if problem:
