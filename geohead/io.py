@@ -163,6 +163,14 @@ def folder_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+def outermost_new(path: str | os.PathLike) -> Path | None:
+    """The outermost folder of ``path`` that does not exist yet (``path`` or one of its parents:
+    what ``mkdir(parents=True)`` creates first), None when ``path`` exists. A command that fails
+    after creating folders removes this one, so a refused input leaves no folder behind."""
+    p = Path(path)
+    return next((q for q in [*reversed(p.parents), p] if not q.exists()), None)
+
+
 def default_mode(folder: bool = False) -> int:
     """The mode a new file (``0o666``) or folder (``0o777``) gets, minus the process umask.
 

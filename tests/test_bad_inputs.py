@@ -140,6 +140,8 @@ CLI: list[tuple[str, list[str], str]] = [
     ("search-fix-activation-import", ["search", *SEARCH_TINY, "--out", "s", "--fix", "activation=pwn_geohead:Evil"], "pwn_geohead:Evil"),
     ("search-huge-label", ["search", *SEARCH_TINY, "--out", "s", "--data", "huge_label.npz"], "1099511627776"),
     ("search-missing-data", ["search", *SEARCH_TINY, "--out", "s", "--data", "nodata.npz"], "nodata.npz"),
+    ("search-storage-fails-nested-out", ["search", *SEARCH_TINY, "--out", "new/s", "--storage", "postgresql://nohost:1/db"],
+     "postgresql"),
     # export
     ("export-out-is-file", ["export", "run", "--out", "file.txt"], "file.txt"),
     ("export-out-through-file", ["export", "run", "--out", "file.txt/x"], "file.txt"),
@@ -158,6 +160,7 @@ CLI: list[tuple[str, list[str], str]] = [
     ("report-out-is-file", ["report", "run", "--out", "file.txt"], "file.txt"),
     ("report-out-through-file", ["report", "run", "--out", "file.txt/r"], "file.txt"),
     ("report-diagnose-not-object", ["report", "run_bad_diag"], "diagnose.json"),
+    ("report-fails-nested-out", ["report", "run_bad_diag2", "--out", "new/r"], "diagnose.json"),
     ("report-diagnose-wrong-shapes", ["report", "run_bad_diag2"], "diagnose.json"),
     ("report-trials-garbage", ["report", "search_bad"], "trials.csv"),
     ("report-trials-not-utf8", ["report", "not_utf8_search"], "trials.csv"),
@@ -387,6 +390,8 @@ def planted(prepared) -> Path:
         folder = w / f"run_link_{name.split('.')[0]}"
         shutil.copytree(w / "run", folder)
         _link(folder, name, out / target)
+    shutil.copytree(w / "run", w / "run_link_monitor")  # a GeometryMonitor file, read by report when present
+    _link(w / "run_link_monitor", "monitor.jsonl", out / "metrics.jsonl")
     shutil.copytree(w / "run", w / "run_link_legacy")  # a run written before checkpoints were named last.safetensors
     (w / "run_link_legacy" / "last.safetensors").unlink()
     _link(w / "run_link_legacy", "last.ckpt", out / "last.safetensors")
@@ -442,6 +447,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("report-trials-link-out", ["report", "search_link_trials", "--out", "r"], "trials.csv"),
         ("report-search-json-link-out", ["report", "search_link_search", "--out", "r"], "search.json"),
         ("report-search-other-png-link-out", ["report", "search_link_other", "--out", "r"], "other.png"),
+        ("report-monitor-jsonl-link-out", ["report", "run_link_monitor", "--out", "r"], "monitor.jsonl"),
         ("export-ckpt-link-out", ["export", "run_link_last", "--out", "e"], "last.safetensors"),
         ("export-legacy-ckpt-link-out", ["export", "run_link_legacy", "--out", "e"], "last.ckpt"),
         ("export-diagnose-of-export-config-link-out", ["diagnose", "exp_link_config", "--json", "d.json"], "config.json"),

@@ -104,3 +104,13 @@ def test_the_cli_default_score_is_the_library_default() -> None:
     option = next(p for p in search.params if p.name == "score")
     assert option.default == SearchConfig().score == DEFAULT_SCORE == "theory"
     assert LABEL_FREE_SCORES[DEFAULT_SCORE] == {"rankme": 1.0, "conditioning": 1.0, "fisher_erank": 1.0}
+
+
+def test_an_out_folder_with_a_tilde_is_the_one_its_check_sees(tmp_path, monkeypatch) -> None:
+    """folder_problem checks ``~/x`` at $HOME/x; the run and the search wrote to a literal ``./~/x``."""
+    from geohead.search import SearchConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert TrainConfig(out="~/runs/x").out_dir == tmp_path / "runs" / "x"
+    assert SearchConfig(out="~/s").out_dir == tmp_path / "s"
+    assert TrainConfig(out="runs/x").out_dir.as_posix() == "runs/x"  # a relative folder stays relative

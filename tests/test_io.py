@@ -72,3 +72,12 @@ def test_leaf_module() -> None:
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not [m for m in imported if m.split(".")[0] == "geohead"]
+
+
+def test_outermost_new_is_the_first_folder_a_mkdir_would_make(tmp_path) -> None:
+    from geohead.io import outermost_new
+
+    (tmp_path / "a").mkdir()
+    assert outermost_new(tmp_path / "a") is None
+    assert outermost_new(tmp_path / "a" / "b" / "c") == tmp_path / "a" / "b"
+    assert outermost_new(tmp_path / "n") == tmp_path / "n"

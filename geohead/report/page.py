@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from geohead.io import folder_problem, refuse_links_out
+from geohead.io import folder_problem, outermost_new, refuse_links_out
 from geohead.plotting import MatplotlibMissing, require_matplotlib
 from geohead.report.captions import loss_caption, monitors_caption, probes_caption
 from geohead.report.run_plots import (
@@ -337,9 +337,11 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     if problem:
         raise ReportError(f"cannot write the report to {str(out)!r}: {problem}; give another --out folder")
     # nothing read or embedded through a link out: the files it reads and every PNG a search folder holds
-    refuse_links_out(folder, _READS + tuple(p.name for p in folder.glob("*.png")), "report input", ReportError)
+    globbed = tuple(p.name for pattern in ("*.png", "*.jsonl") for p in folder.glob(pattern))  # plots, monitor files
+    refuse_links_out(folder, _READS + globbed, "report input", ReportError)
     if kind == "search":
         _check_trials(folder / "trials.csv")
+    new = outermost_new(out)  # removed again, with the folders made for it, when the report fails
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name or 'report'}.tmp-", dir=out.parent))
     try:  # drawn in a temporary folder: a malformed input leaves nothing behind
@@ -349,6 +351,10 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
         moved = {p: out / p.name for p in [*page.pngs, made] if p.parent == tmp}
         for src, dst in moved.items():
             os.replace(src, dst)
+    except BaseException:
+        if new is not None:
+            shutil.rmtree(new, ignore_errors=True)
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ReportResult(out / "report.html", [moved.get(p, p) for p in page.pngs], kind, page.notes)

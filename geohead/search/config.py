@@ -175,8 +175,8 @@ class SearchConfig:
 
     @property
     def out_dir(self) -> Path:
-        """The output folder (``out``, or ``runs/search_<objective>``)."""
-        return Path(self.out or f"runs/search_{self.objective}")
+        """The output folder (``out`` with ``~`` expanded, as folder_problem checks it, or ``runs/search_<objective>``)."""
+        return Path(self.out or f"runs/search_{self.objective}").expanduser()
 
     @property
     def study_name(self) -> str:

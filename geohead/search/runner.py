@@ -206,14 +206,16 @@ def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:
     call created is removed again when the storage or the study cannot be opened."""
     import shutil
 
-    created = not out.exists()
+    from geohead.io import outermost_new
+
+    created = outermost_new(out)  # out itself or a parent made for it
     out.mkdir(parents=True, exist_ok=True)
     try:
         storage = open_storage(url, cfg.heartbeat)
         return storage, create_study(cfg, storage)
     except (SearchError, ValueError) as exc:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         raise exc if isinstance(exc, SearchError) else SearchError(str(exc)) from None
 
 

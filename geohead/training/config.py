@@ -290,7 +290,7 @@ class TrainConfig:
 
     @property
     def out_dir(self) -> Path:
-        return Path(self.out or f"runs/{self.objective}")
+        return Path(self.out or f"runs/{self.objective}").expanduser()  # as folder_problem checks it
 
 
 # ---------------------------------------------------------------------- parsing
