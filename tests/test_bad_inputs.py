@@ -364,6 +364,22 @@ def _image_folder(root: Path, files: dict[str, bytes | None]) -> None:
             (root / name).write_bytes(data)
 
 
+def _npz_declaring(path: Path, shape: tuple[int, ...]) -> None:
+    """An .npz of a few hundred bytes whose 'images' header declares ``shape`` (uint8): what a
+    compressed archive of zeros looks like to a reader that allocates from the header."""
+    import io
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    head, labels = io.BytesIO(), io.BytesIO()
+    npy.write_array_header_1_0(head, {"descr": "|u1", "fortran_order": False, "shape": shape})
+    np.save(labels, np.zeros(shape[0], np.int64))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("images.npy", head.getvalue() + bytes(64))
+        zf.writestr("labels.npy", labels.getvalue())
+
+
 def _link(folder: Path, name: str, target: Path) -> None:
     (folder / name).unlink(missing_ok=True)
     os.symlink(target, folder / name)
@@ -417,6 +433,10 @@ def planted(prepared) -> Path:
     _image_folder(w / "images_big", {"a/big.png": _png_header(5000, 5000)})
     _image_folder(w / "images_bomb", {"b/bomb.png": _png_header(30000, 30000)})
     np.savez(w / "zero_pixels.npz", images=np.zeros((4, 0, 0, 3), np.uint8), labels=np.zeros(4, np.int64))
+    _npz_declaring(w / "npz_bomb.npz", (2_000, 1024, 1024, 3))  # 5.9 GiB: allocatable, above the bound
+    _image_folder(w / "images_many", {})  # 1,402 images: above 4 GiB of pixels at 1024 x 1024
+    for i in range(2, 1400):
+        shutil.copy(w / "images_many" / "a" / "0.png", w / "images_many" / "a" / f"{i}.png")
     ck = load_checkpoint(w / "run")
     name = next(k for k in ck.tensors if k.startswith("model.backbone.") and ck.tensors[k].ndim == 4)
     tensors = {**ck.tensors, name: torch.zeros(3, 3)}  # another shape under a checksum that holds
@@ -484,6 +504,11 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("search-seed-huge", ["search", *SEARCH_TINY, "--out", "s", "--seed", str(2 ** 65)], str(2 ** 65)),
         ("search-image-too-many-pixels", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_big"], "big.png"),
         ("search-image-bomb", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_bomb"], "bomb.png"),
+        ("search-npz-bomb", ["search", *SEARCH_TINY, "--out", "s", "--data", "npz_bomb.npz"], "above the bound of 4 GiB"),
+        ("train-npz-bomb", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="npz_bomb.npz"'], "above the bound of 4 GiB"),
+        ("train-image-folder-too-many-pixels", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="images_many"', "--set",
+                                                "data.img_size=1024", "--set", "probe.n_train=64", "--set", "probe.n_test=64"],
+         "image count of"),
         ("train-n-train-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"data.n_train={BIG}"], "data.n_train"),
         ("train-n-test-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"data.n_test={BIG}"], "data.n_test"),
         ("train-probe-n-test-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"probe.n_test={BIG}"], "probe.n_test"),

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import warnings
 import zipfile
@@ -222,12 +223,33 @@ def _num_classes(path: Path, labels: np.ndarray) -> int:
     return num
 
 
+def _check_npz_sizes(path: Path) -> None:
+    """Each of an .npz's layout arrays at most :data:`MAX_PIXEL_BYTES`, read from its .npy header
+    before numpy allocates and decompresses it (a few compressed bytes can declare terabytes)."""
+    from numpy.lib import format as npy
+
+    for key in ("images", "labels", "classes"):
+        try:
+            with zipfile.ZipFile(path) as zf, zf.open(f"{key}.npy") as fh:
+                version = npy.read_magic(fh)
+                shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
+        except KeyError:  # not in the archive: _load_npz names what is missing
+            continue
+        except (ValueError, OSError, zipfile.BadZipFile) as e:
+            raise ValueError(f"{str(path)!r} is not a readable .npz file ({type(e).__name__}: {e})") from None
+        size = math.prod(shape) * dtype.itemsize
+        if size > MAX_PIXEL_BYTES:
+            raise ValueError(f"{str(path)!r}: '{key}' has shape {shape} ({size / 2**30:,.1f} GiB of {dtype}), above "
+                             f"the bound of {MAX_PIXEL_BYTES >> 30} GiB; save fewer or smaller images")
+
+
 def _load_npz(path: Path) -> ImageData:
     if not zipfile.is_zipfile(path):
         raise ValueError(f"{str(path)!r} is not a readable .npz file (not a zip archive); expected {NPZ_LAYOUT}")
+    _check_npz_sizes(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        with np.load(path, allow_pickle=False) as z:  # only the arrays of the layout, never the rest
+            arrays, keys = {k: z[k] for k in ("images", "labels", "classes") if k in z.files}, z.files
     except ValueError as e:
         raise ValueError(
             f"{str(path)!r} holds object (pickled) arrays, which geohead does not load ({e}); "
@@ -238,7 +260,7 @@ def _load_npz(path: Path) -> ImageData:
     missing = [k for k in ("images", "labels") if k not in arrays]
     if missing:
         raise ValueError(
-            f"{str(path)!r} lacks the key(s) {missing} (it has {sorted(arrays)}); expected {NPZ_LAYOUT}"
+            f"{str(path)!r} lacks the key(s) {missing} (it has {sorted(keys)}); expected {NPZ_LAYOUT}"
         )
     images, labels = arrays["images"], arrays["labels"]
     if images.dtype != np.uint8:
@@ -307,6 +329,9 @@ def _load_folder(path: Path, img_size: int | None) -> ImageData:
             f"class folder(s) {empty} under {str(path)!r} contain no images; remove them or add images "
             f"({', '.join(IMAGE_EXTENSIONS)})"
         )
+    problem = size_problem(len(files), img_size, f"the image count of {str(path)!r}", "img_size")
+    if problem:  # before any image is decoded
+        raise ValueError(problem)
     arrays = [_read_image(path, f, img_size) for f, _ in files]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
