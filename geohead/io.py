@@ -163,6 +163,20 @@ def folder_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+#: The most bytes of a file geohead reads whole as text: a head spec, a recipe, an export's config.json.
+MAX_SMALL_FILE = 1 << 20
+
+
+def read_small(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError) -> bytes:
+    """The bytes of ``path``, a small file read whole; one over :data:`MAX_SMALL_FILE` bytes is
+    ``error`` (naming it, its size and ``hint``, what to give instead), checked before reading."""
+    size = Path(path).stat().st_size
+    if size > MAX_SMALL_FILE:
+        raise error(f"{what} {str(path)!r} is {size:,} bytes, above the {MAX_SMALL_FILE >> 20} MiB such a file "
+                    f"holds; {hint}")
+    return Path(path).read_bytes()
+
+
 def outermost_new(path: str | os.PathLike) -> Path | None:
     """The outermost folder of ``path`` that does not exist yet (``path`` or one of its parents:
     what ``mkdir(parents=True)`` creates first), None when ``path`` exists. A command that fails

@@ -103,6 +103,7 @@ CLI: list[tuple[str, list[str], str]] = [
     ("train-missing-recipe", ["train", "missing.toml"], "missing.toml"),
     ("train-recipe-not-utf8", ["train", "latin1.toml"], "UTF-8"),
     ("train-empty-recipe", ["train", "empty.toml"], "empty"),
+    ("train-huge-recipe", ["train", "huge.toml"], "MiB"),
     ("train-lr-inf", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.lr=inf"], "optim.lr"),
     ("train-lr-nan", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.lr=nan"], "optim.lr"),
     ("train-lr-negative", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.lr=-1"], "optim.lr"),
@@ -167,6 +168,8 @@ CLI: list[tuple[str, list[str], str]] = [
     ("report-not-a-run", ["report", "folder"], "folder"),
     ("report-missing", ["report", "nowhere"], "nowhere"),
     # diagnose
+    ("diagnose-export-config-deeply-nested", ["diagnose", "exp_deep", "--json", "d.json"], "config.json"),
+    ("diagnose-export-config-huge", ["diagnose", "exp_huge", "--json", "d.json"], "MiB"),
     ("diagnose-json-through-file", ["diagnose", "run", "--json", "file.txt/d.json"], "file.txt"),
     ("diagnose-json-is-folder", ["diagnose", "run", "--json", "folder"], "folder"),
     ("diagnose-missing", ["diagnose", "nowhere"], "nowhere"),
@@ -193,6 +196,12 @@ def prepared(world) -> Path:
     an occupied export folder."""
     flip = world / "run_flip"
     if not flip.exists():
+        from geohead.export import export_backbone
+
+        (world / "huge.toml").write_text('objective = "barlow"\n' + "# padding\n" * 120_000)
+        for name, text in {"exp_deep": "[" * 100_000 + "]" * 100_000, "exp_huge": " " * (1 << 20) + "{}"}.items():
+            export_backbone(world / "run", world / name)
+            (world / name / "config.json").write_text(text)
         shutil.copytree(world / "run", flip)
         shutil.copy(world / "bitflip.ckpt", flip / "last.safetensors")
         (world / "folder_full").mkdir()

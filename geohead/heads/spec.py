@@ -11,15 +11,13 @@ from typing import Any, ClassVar, Literal
 from geohead.errors import SpecError
 from geohead.heads.layers import LAST_NORMS, NORMS, PIECEWISE_LINEAR, activation_name
 from geohead.heads.whitening import WHITENING_MODES
-from geohead.io import atomic_write_text
+from geohead.io import atomic_write_text, read_small
 
 WHITEN_MODES: tuple[str | None, ...] = (None, *WHITENING_MODES)
 #: Bounds on a spec's sizes: a spec from a file cannot ask for more memory than a machine has.
 MAX_DIM = 1 << 20
 MAX_DEPTH = 64
 MAX_PARAMETERS = 1 << 31
-#: A head spec file is a few hundred bytes; a larger file is not one.
-MAX_SPEC_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,12 +279,10 @@ def _is_json_scalar(text: str) -> bool:
 
 def _read_spec_file(path: Path) -> str:
     """The UTF-8 text of a spec file; a large or binary file is a :class:`SpecError`."""
-    size = path.stat().st_size
-    if size > MAX_SPEC_BYTES:
-        raise SpecError(f"head spec file {str(path)!r} is {size:,} bytes; a spec is a small JSON object, "
-                        "give the best_head.json or head.json that geohead wrote")
+    raw = read_small(path, "head spec file", "a spec is a small JSON object: give the best_head.json or head.json "
+                     "that geohead wrote", SpecError)
     try:
-        return path.read_bytes().decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"head spec file {str(path)!r} is not UTF-8 text (a binary file?); give the .json "
                         "file that geohead wrote") from None

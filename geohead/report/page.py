@@ -388,7 +388,8 @@ def _check_trials(path: Path) -> None:
     if not path.is_file():
         return
     try:
-        header = path.read_bytes().decode("utf-8").splitlines()[:1]
+        with open(path, "rb") as fh:  # the header line alone (at most 64 KiB), not the whole file
+            header = fh.readline(1 << 16).decode("utf-8").splitlines()[:1]
     except UnicodeDecodeError:
         raise ReportError(f"{str(path)!r} is not UTF-8 text; it is not the trials.csv geohead search writes. "
                           "Rerun geohead search (it rewrites trials.csv) or remove the file") from None

@@ -35,8 +35,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
 from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
+from geohead.io import read_small  # noqa: E402
 
 
 class ConfigError(ValueError):
@@ -428,7 +428,7 @@ def _recipe_bytes(recipe: str | Path) -> tuple[str, bytes]:
     """(how to name it in messages, its bytes) of a recipe file or packaged recipe name."""
     path = Path(recipe)
     if path.is_file():
-        return str(path), path.read_bytes()
+        return str(path), read_small(path, "recipe", "a recipe is a short TOML file (geohead/recipes/*.toml)", ConfigError)
     name = path.name[: -len(".toml")] if path.suffix == ".toml" else path.name
     known = packaged_recipes()
     if len(path.parts) == 1 and name in known:  # a bare name (or NAME.toml): the packaged recipe
