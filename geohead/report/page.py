@@ -9,8 +9,9 @@ monitors, and the loss curve where the file holds a loss. Each run figure has a 
 (:mod:`geohead.report.captions`): what to look for, and what this run shows.
 
 For a **search folder** (``search.json`` / ``trials.csv`` of ``geohead search``): the plots of
-:func:`geohead.search.write_search_plots` (criteria vs accuracy, Pareto front) and any PNG that
-``search.json`` names.
+:func:`geohead.search.write_search_plots` (criteria vs accuracy, Pareto front), drawn afresh beside
+the report (the search folder is only read, unless the report goes there), and any other PNG the
+folder holds or ``search.json`` names.
 
 ``report.html`` embeds every PNG as base64 data (one file to send or archive) with the run's
 summary tables. Figures are drawn with matplotlib's Agg canvas directly (:mod:`geohead.plotting`:
