@@ -228,15 +228,19 @@ def _check_npz_sizes(path: Path) -> None:
     before numpy allocates and decompresses it (a few compressed bytes can declare terabytes)."""
     from numpy.lib import format as npy
 
-    for key in ("images", "labels", "classes"):
-        try:
-            with zipfile.ZipFile(path) as zf, zf.open(f"{key}.npy") as fh:
-                version = npy.read_magic(fh)
-                shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fh)
-        except KeyError:  # not in the archive: _load_npz names what is missing
-            continue
-        except (ValueError, OSError, zipfile.BadZipFile) as e:
-            raise ValueError(f"{str(path)!r} is not a readable .npz file ({type(e).__name__}: {e})") from None
+    try:
+        with zipfile.ZipFile(path) as zf:
+            headers = {}
+            for key in ("images", "labels", "classes"):
+                if f"{key}.npy" not in zf.namelist():  # _load_npz names what is missing
+                    continue
+                with zf.open(f"{key}.npy") as fh:
+                    version = npy.read_magic(fh)
+                    read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                    headers[key] = read(fh)
+    except (ValueError, OSError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{str(path)!r} is not a readable .npz file ({type(e).__name__}: {e})") from None
+    for key, (shape, _, dtype) in headers.items():
         size = math.prod(shape) * dtype.itemsize
         if size > MAX_PIXEL_BYTES:
             raise ValueError(f"{str(path)!r}: '{key}' has shape {shape} ({size / 2**30:,.1f} GiB of {dtype}), above "

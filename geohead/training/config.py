@@ -237,8 +237,8 @@ class TrainConfig:
             raise ConfigError(f"[data.view_args]: size={size} makes views of {size * self.data.img_size:.0f} pixels from "
                               f"data.img_size={self.data.img_size}, above {MAX_IMG_SIZE}; give size <= "
                               f"{MAX_IMG_SIZE / self.data.img_size:g}")
-        if self.data.test is not None and source_error(self.data.test) is not None:
-            raise ConfigError(f"data.test: {source_error(self.data.test)}")
+        if self.data.test is not None and (problem := source_error(self.data.test)) is not None:
+            raise ConfigError(f"data.test: {problem}")
 
     def _check_numbers(self) -> None:
         """Sizes and rates in range, each error naming its key."""
