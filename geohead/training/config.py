@@ -16,17 +16,13 @@ the allowed values in the message (:class:`ConfigError`).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib.util
 import json
-import math
 import sys
-import types
-import typing
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:
     from geohead.heads import HeadSpec
@@ -37,10 +33,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
 from geohead.io import read_small  # noqa: E402
-
-
-class ConfigError(ValueError):
-    """A recipe or override that names an unknown key or holds a bad value."""
+from geohead.training.config_types import ConfigError, build, choice, lookup, non_finite  # noqa: E402
 
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
@@ -193,15 +186,15 @@ class TrainConfig:
         from geohead.heads import PRESETS
         from geohead.objectives import OBJECTIVES, get_objective
 
-        _choice("objective", self.objective, tuple(OBJECTIVES))
-        bad = _non_finite(self, "")
+        choice("objective", self.objective, tuple(OBJECTIVES))
+        bad = non_finite(self, "")
         if bad is not None:
-            raise ConfigError(f"{bad} = {_lookup(self, bad)!r} is not a finite number; give a finite value")
-        _choice("device", self.device.split(":")[0], DEVICES)
-        _choice("precision", self.precision, PRECISIONS)
-        _choice("optim.name", self.optim.name, OPTIMIZERS)
+            raise ConfigError(f"{bad} = {lookup(self, bad)!r} is not a finite number; give a finite value")
+        choice("device", self.device.split(":")[0], DEVICES)
+        choice("precision", self.precision, PRECISIONS)
+        choice("optim.name", self.optim.name, OPTIMIZERS)
         if self.head.preset is not None:
-            _choice("head.preset", self.head.preset, PRESETS)
+            choice("head.preset", self.head.preset, PRESETS)
         if self.head.file is not None and not Path(self.head.file).is_file():
             raise ConfigError(f"head.file {self.head.file!r} does not exist (give the path of a HeadSpec JSON)")
         try:  # build the specs once with a stand-in width so bad head keys fail before training
@@ -214,7 +207,7 @@ class TrainConfig:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[objective_args]: {exc}") from None
         if self.data.views is not None:
-            _choice("data.views", self.data.views, tuple(OBJECTIVES))
+            choice("data.views", self.data.views, tuple(OBJECTIVES))
         self._check_views()
         self._check_numbers()
         self._check_backbone_args()
@@ -266,7 +259,7 @@ class TrainConfig:
             if value is not None and not value >= 1:
                 raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
         for key in ("data.n_train", "data.n_test", "probe.n_train", "probe.n_test"):
-            problem = size_problem(_lookup(self, key), self.data.img_size, key, "data.img_size")
+            problem = size_problem(lookup(self, key), self.data.img_size, key, "data.img_size")
             if problem:
                 raise ConfigError(problem)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
@@ -293,81 +286,10 @@ class TrainConfig:
         return Path(self.out or f"runs/{self.objective}").expanduser()  # as folder_problem checks it
 
 
-# ---------------------------------------------------------------------- parsing
-def _lookup(cfg: Any, key: str) -> Any:
-    """The value at a dotted ``key`` of a config (fields, dict keys, list indices)."""
-    for part in key.split("."):
-        cfg = cfg[int(part)] if isinstance(cfg, (list, tuple)) else cfg[part] if isinstance(cfg, dict) else getattr(cfg, part)
-    return cfg
-
-
-def _choice(key: str, value: Any, allowed: tuple) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key} = {value!r} is not allowed; choose one of {list(allowed)}")
-
-
-def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Check ``value`` against annotation ``tp``; return (ok, coerced value)."""
-    origin = typing.get_origin(tp)
-    if origin in (Union, types.UnionType):
-        for arg in typing.get_args(tp):
-            ok, v = _type_ok(value, arg)
-            if ok:
-                return True, v
-        return False, value
-    if tp is type(None):
-        return value is None, value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True, float(value)
-        return False, value
-    if tp is str:
-        return isinstance(value, str), value
-    if tp is dict:
-        return isinstance(value, dict), value
-    if tp is tuple:
-        if isinstance(value, (list, tuple)):
-            return True, tuple(value)
-        return False, value
-    return True, value
-
-
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    return "none" if tp is type(None) else getattr(tp, "__name__", str(tp))
-
-
-def _build(cls: type, d: dict[str, Any], prefix: str) -> Any:
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs: dict[str, Any] = {}
-    for key, value in d.items():
-        full = f"{prefix}{key}"
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f" (did you mean {prefix + close[0]!r}?)" if close else ""
-            raise ConfigError(f"unknown key {full!r}{hint}; valid keys here are {sorted(fields)}")
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{full} must be a table of keys, got {value!r}")
-            kwargs[key] = _build(tp, value, f"{full}.")
-            continue
-        ok, coerced = _type_ok(value, tp)
-        if not ok:
-            raise ConfigError(f"{full} = {value!r} has the wrong type; expected {_type_name(tp)}")
-        kwargs[key] = coerced
-    return cls(**kwargs)
-
-
+# ---------------------------------------------------------------------- recipes and overrides
 def config_from_dict(d: dict[str, Any]) -> TrainConfig:
     """Build and validate a :class:`TrainConfig` from nested dicts (a parsed recipe)."""
-    return _build(TrainConfig, d, "").validate()
+    return build(TrainConfig, d, "").validate()
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -440,11 +362,3 @@ def _recipe_bytes(recipe: str | Path) -> tuple[str, bytes]:
                       f"one of {known}")
 
 
-def _non_finite(value: Any, key: str) -> str | None:
-    """The key of the first NaN/inf number in a config value (dataclass, dict, list), else None."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else key
-    if dataclasses.is_dataclass(value):
-        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
-    return next((bad for bad in (_non_finite(v, f"{key}.{k}" if key else str(k)) for k, v in items) if bad), None)
