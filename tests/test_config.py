@@ -37,10 +37,24 @@ def test_recipe_file_and_overrides(tmp_path) -> None:
     ({"data": {"views": "mocov3"}}, r"data.views = 'mocov3' is not allowed"),
     ({"data": "cifar10"}, r"data must be a table of keys"),
     ({"head": {"file": "/nonexistent/head.json"}}, r"head.file '/nonexistent/head.json' does not exist"),
+    ({"track": {"hessian_iters": 1001}}, r"track.hessian_iters=1001 is above the bound of 1,000; give at most 1,000"),
+    ({"track": {"hessian_samples": 1025}}, r"track.hessian_samples=1025 is above the bound of 1,024"),
 ])
 def test_bad_recipes_name_the_key(recipe: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         config_from_dict(recipe)
+
+
+def test_hessian_sizes_are_bounded_at_the_bounds_themselves() -> None:
+    """H_eff's batch and Lanczos steps: accepted at the bounds, refused one above (recipes and diagnose alike)."""
+    from geohead.diagnose import DiagnoseSettings
+
+    cfg = config_from_dict({"track": {"hessian_iters": 1000, "hessian_samples": 1024}})
+    assert (cfg.track.hessian_iters, cfg.track.hessian_samples) == (1000, 1024)
+    DiagnoseSettings(hessian_samples=1024, collapse_batch=1024, density_steps=1000).validate()
+    for key, value in (("hessian_samples", 1025), ("collapse_batch", 1025), ("density_steps", 1001)):
+        with pytest.raises(ValueError, match=f"{key}={value} is above the bound of {value - 1:,}; give at most {value - 1:,}"):
+            DiagnoseSettings(**{key: value}).validate()
 
 
 def test_override_parsing() -> None:

@@ -155,6 +155,8 @@ def test_diagnose_default_json_path_and_errors(byol_run, tmp_path) -> None:
         ([str(tmp_path / "cut.ckpt")], "truncated or corrupted"),
         ([str(byol_run), "--families", "rotate,zoom"], "unknown orbit families ['zoom']"),
         ([str(byol_run), "--collapse-batch", "1"], "collapse_batch must be >= 2"),
+        ([str(byol_run), "--collapse-batch", "1025"], "collapse_batch=1025 is above the bound of 1,024; give at most 1,024"),
+        ([str(byol_run), "--hessian-samples", "4096"], "hessian_samples=4096 is above the bound of 1,024"),
         ([str(byol_run), "--data", "no_such_data", "--no-probes"], "unknown dataset"),
     ):
         res = runner.invoke(main, ["diagnose", *args])

@@ -89,7 +89,7 @@ class DiagnoseSettings:
 
     def validate(self) -> "DiagnoseSettings":
         from geohead.data.orbits import ORBIT_FAMILIES
-        from geohead.geometry.summary import MODES
+        from geohead.geometry.summary import MAX_HESSIAN_BATCH, MAX_LANCZOS_STEPS, MODES
 
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {list(MODES)}")
@@ -109,6 +109,10 @@ class DiagnoseSettings:
         for key in ("hessian_samples", "collapse_batch"):
             if getattr(self, key) < 2:
                 raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
+        for key, top in (("hessian_samples", MAX_HESSIAN_BATCH), ("collapse_batch", MAX_HESSIAN_BATCH),
+                         ("density_steps", MAX_LANCZOS_STEPS)):
+            if getattr(self, key) > top:  # H_eff is B·d-dimensional; a Lanczos basis holds steps × B·d numbers
+                raise ValueError(f"{key}={getattr(self, key)} is above the bound of {top:,}; give at most {top:,}")
         return self
 
 

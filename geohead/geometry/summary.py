@@ -34,6 +34,13 @@ MODES: dict[str, dict[str, Any]] = {
 }
 
 
+#: The most rows B of an effective Hessian that a recipe or a diagnosis may ask for, and the most
+#: Lanczos steps on one: H_eff is B·d-dimensional and its Lanczos basis holds steps × B·d numbers,
+#: so at both bounds a ResNet-18's (d = 512) basis is 4 GiB in float64 (the bound on pixels too).
+MAX_HESSIAN_BATCH = 1024
+MAX_LANCZOS_STEPS = 1000
+
+
 def mode_settings(mode: str, **given: Any) -> dict[str, Any]:
     """The settings of ``mode`` (see :data:`MODES`) with every ``given`` value that is not None."""
     if mode not in MODES:

@@ -32,6 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
+from geohead.geometry.summary import MAX_HESSIAN_BATCH, MAX_LANCZOS_STEPS  # noqa: E402
 from geohead.io import read_small  # noqa: E402
 from geohead.training.config_types import ConfigError, build, choice, lookup, non_finite  # noqa: E402
 
@@ -258,6 +259,9 @@ class TrainConfig:
         for key, value in optional.items():
             if value is not None and not value >= 1:
                 raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
+        for key, top in (("track.hessian_samples", MAX_HESSIAN_BATCH), ("track.hessian_iters", MAX_LANCZOS_STEPS)):
+            if lookup(self, key) > top:  # H_eff's dimension and its Lanczos basis
+                raise ConfigError(f"{key}={lookup(self, key)} is above the bound of {top:,}; give at most {top:,}")
         for key in ("data.n_train", "data.n_test", "probe.n_train", "probe.n_test"):
             problem = size_problem(lookup(self, key), self.data.img_size, key, "data.img_size")
             if problem:
