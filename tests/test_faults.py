@@ -165,6 +165,29 @@ def test_an_export_killed_while_writing_leaves_a_folder_the_next_call_removes(ru
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".exp")) == [live.name]
 
 
+def test_the_sweep_of_killed_exports_removes_only_export_files(tmp_path) -> None:
+    """Folders named like a killed export's but holding anything else are left as they are
+    (before: removed whole, or moved into --out's place)."""
+    from geohead.export.write import recover_interrupted
+
+    dead = 2 ** 31 - 1  # no such process
+    theirs, old = tmp_path / f".exp.tmp-{dead}-notes", tmp_path / f".exp.old-{dead}"
+    for folder, name in ((theirs, "notes.txt"), (old, "model.safetensors")):
+        folder.mkdir()
+        (folder / name).write_text("kept")
+    (old / "sub").mkdir()
+    ours = tmp_path / f".exp.tmp-{dead}-x"
+    ours.mkdir()
+    (ours / "config.json").write_text("{}")
+    (ours / ".model.safetensors.tmpab12").write_bytes(b"")
+    done = recover_interrupted(tmp_path / "exp")
+    assert (theirs / "notes.txt").read_text() == "kept" and (old / "model.safetensors").read_text() == "kept"
+    assert not ours.exists() and not (tmp_path / "exp").exists()
+    assert sorted(done) == [f"left {old.name} as it is: it holds files an export does not write",
+                            f"left {theirs.name} as it is: it holds files an export does not write",
+                            f"removed {ours.name}, left by a killed export"]
+
+
 @pytest.mark.usefixtures("one_thread", "tiny_whitening")
 def test_the_search_timeout_stops_the_trial_in_flight(tmp_path) -> None:
     """Before: the trial in flight ran to its end (a --timeout 480 search took 604 s)."""

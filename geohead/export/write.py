@@ -309,6 +309,19 @@ def _alive(pid: int) -> bool:
     return True
 
 
+#: what an export folder holds (the temporary names of atomic_write start with ".<name>.tmp")
+_EXPORT_FILES = (WEIGHTS_NAME, CONFIG_NAME, HEAD_WEIGHTS_NAME, HEAD_SPEC_NAME)
+
+
+def _holds_export_files_only(folder: Path) -> bool:
+    """Whether every entry of ``folder`` is a plain file an export writes (so removing or
+    restoring it never touches anything else that happens to carry an export's folder name)."""
+    def ours(entry: Path) -> bool:
+        return entry.name in _EXPORT_FILES or any(entry.name.startswith(f".{n}.tmp") for n in _EXPORT_FILES)
+
+    return all(ours(e) and e.is_file() and not e.is_symlink() for e in folder.iterdir())
+
+
 def recover_interrupted(out: str | os.PathLike) -> list[str]:
     """Clean up after exports to ``out`` that were killed, before a new one starts.
 
@@ -316,7 +329,8 @@ def recover_interrupted(out: str | os.PathLike) -> list[str]:
     renames of ``overwrite``, ``.NAME.old-PID`` (the previous export) with ``NAME`` missing. Folders
     of processes that still run are left alone. The previous export is put back where ``NAME`` is
     missing (else removed: the replacement finished); temporary folders are removed (those of
-    exports before PIDs were in their names, after an hour). Returns what was done, one line each.
+    exports before PIDs were in their names, after an hour). A folder holding anything but an
+    export's files is left as it is. Returns what was done, one line each.
     """
     import re
     import time
@@ -330,6 +344,9 @@ def recover_interrupted(out: str | os.PathLike) -> list[str]:
     for entry in sorted(out.parent.iterdir()):
         m = pattern.match(entry.name)
         if m is None or not entry.is_dir() or entry.is_symlink():
+            continue
+        if not _holds_export_files_only(entry):
+            done.append(f"left {entry.name} as it is: it holds files an export does not write")
             continue
         kind, digits = ("old", m.group(2)) if m.group(1) else ("tmp", m.group(4))
         pid = int(digits) if digits else None
