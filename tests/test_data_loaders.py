@@ -181,3 +181,28 @@ def test_image_data_validation_and_subset() -> None:
     assert len(d.subset([3])) == 1 and len(d.subset(slice(0, 3))) == 3
     with pytest.raises(ValueError, match="integers"):
         d.subset(torch.tensor([0.5]))
+
+
+def test_the_docs_npz_recipe_writes_files_the_loader_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/search.md's "Your images" block, run with torchvision's CIFAR10 stood in for (no
+    download): the .npz files it writes load with their images, labels and class names."""
+    import re
+
+    from torchvision import datasets
+
+    class FakeCIFAR10:  # torchvision's attributes: data (N, 32, 32, 3) uint8, targets, classes
+        def __init__(self, root: str, train: bool, download: bool) -> None:
+            n = 6 if train else 4
+            self.data = np.arange(n * 32 * 32 * 3, dtype=np.int64).reshape(n, 32, 32, 3).astype(np.uint8)
+            self.targets, self.classes = [i % 3 for i in range(n)], ["airplane", "automobile", "bird"]
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "search.md").read_text()
+    (block,) = re.findall(r"\*\*Your images\.\*\*.*?```python\n(.*?)```", text, re.S)
+    monkeypatch.setattr(datasets, "CIFAR10", FakeCIFAR10)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/search.md", "exec"), {})
+    for split, n in (("train", 6), ("test", 4)):
+        d = load_dataset(f"cifar10_{split}.npz")
+        ref = FakeCIFAR10("data", split == "train", True)
+        assert d.images.shape == (n, 3, 32, 32) and torch.equal(d.images, torch.from_numpy(ref.data).permute(0, 3, 1, 2))
+        assert d.labels.tolist() == ref.targets and d.class_names == ref.classes

@@ -12,10 +12,11 @@ from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_
 
 @click.command()
 @click.argument("source", type=click.Path())
-@click.option("--data", help="Dataset to measure on (shapes, cifar10, an .npz file or image folder); default: the run's.")
+@click.option("--data", help="Dataset to measure on (shapes, cifar10, an .npz file or image folder); default: the run's, "
+                                "shapes for a checkpoint trained elsewhere.")
 @click.option("--data-test", help="Test source for the probes and monitors (default: --data's test split).")
 @click.option("--data-root", help="Root folder of torchvision datasets.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Where to write the JSON report (default: RUN/diagnose.json).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Where to write the JSON report (default: RUN/diagnose.json, or CKPT.diagnose.json beside a checkpoint file).")
 @click.option("--mode", type=click.Choice(["accurate", "fast"]), default="accurate", show_default=True,
               help="accurate: float64, converged Lanczos; fast: float32 screening budget.")
 @click.option("--n-test", type=int, default=1000, show_default=True, help="Test images (monitors, probe test set).")
@@ -29,13 +30,14 @@ from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_
 @click.option("--no-probes", is_flag=True, help="Skip the guillotine probes.")
 @click.option("--no-linear", is_flag=True, help="kNN probes only (no linear probes).")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:K or auto.")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda, cuda:K or auto (a GPU when there is one).")
 @foreign_options
 def diagnose(source: str, data: str | None, data_test: str | None, data_root: str | None, json_path: str | None, mode: str,
              n_test: int, n_train: int, orbit_images: int, tangent_orbits: int, hessian_samples: int, collapse_batch: int, families: str,
              no_probes: bool, no_linear: bool, seed: int, device: str, **foreign: Any) -> None:
-    """Curvature at collapse, H_eff at real features, orbit compression per augmentation, collapse
-    monitors and guillotine probes of the backbone + head in SOURCE: a geohead run folder or
+    """Measure the geometry of a trained backbone + head, geohead's or yours: curvature at collapse,
+    H_eff at real features, orbit compression per augmentation, collapse monitors and guillotine
+    probes of the backbone + head in SOURCE: a geohead run folder or
     checkpoint, or a checkpoint trained anywhere (Lightning .ckpt, torch state_dict, lightly,
     solo-learn, official DINO / VICReg / Barlow Twins; the head is rebuilt as a GeometricHead
     and checked against the original's forward), or an export folder written with --with-head.

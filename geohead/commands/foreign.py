@@ -25,8 +25,9 @@ def _option_decorators() -> list[Callable[[Any], Any]]:
                                                     "byol, simsiam); default: what the layout says."),
         click.option("--activation", default=None, help="The head's hidden activation (weights do not record it; default: "
                                                         "the method's recipe: GELU for DINO, ReLU otherwise)."),
-        click.option("--img-size", type=click.IntRange(1, 1024), default=None, help="Input side the model was trained at (default: a ViT's own; "
-                                                                 "32 for a CIFAR-stem ResNet, else 224, which export warns about)."),
+        click.option("--img-size", type=click.IntRange(1, 1024), default=None, help="Input side the model was trained at (default: a ViT's own, else the one its checkpoint "
+                                                                 "records; else diagnose takes 32, export 32 for a CIFAR-stem ResNet and "
+                                                                 "224 otherwise, with a warning)."),
         click.option("--mean", default=None, metavar="M1,M2,M3", help="Input normalisation mean it was trained with."),
         click.option("--std", default=None, metavar="S1,S2,S3", help="Input normalisation std it was trained with."),
     ]

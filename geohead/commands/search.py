@@ -40,7 +40,7 @@ def _workers(value: str) -> int | str:
 @click.command()
 @click.option("--objective", default="barlow", show_default=True, help="SSL objective: simclr, byol, simsiam, barlow, vicreg, dino.")
 @click.option("--data", default="shapes", show_default=True, help="Training data: shapes (built in), cifar10, cifar100, an .npz file or an image folder.")
-@click.option("--test", "test", default=None, help="Probe test data (default: the built-in dataset's test split, or a held-out part of --data).")
+@click.option("--test", "--data-test", "test", default=None, help="Probe test data (default: the built-in dataset's test split, or a held-out part of --data).")
 @click.option("--data-root", default=None, help="Folder of torchvision's CIFAR files (default: $GEOHEAD_DATA or ~/.cache/geohead/data).")
 @click.option("--download", is_flag=True, help="Let torchvision download CIFAR into --data-root (needs internet).")
 @click.option("--n-train", type=int, default=None, help="Training images (default: the dataset's default / all).")
@@ -61,7 +61,7 @@ def _workers(value: str) -> int | str:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
 @click.option("--score", type=click.Choice(["theory", "geometry", "knn"]), default="theory", show_default=True,
               help="What Optuna maximises: a label-free score (theory: RankMe + H_eff conditioning + tangent-Fisher effective rank; geometry: RankMe alone; docs/search.md), or kNN accuracy (needs labels).")
-@click.option("--multi", is_flag=True, help="NSGA-II over the label-free criteria of the score (no pruning).")
+@click.option("--multi", is_flag=True, help="NSGA-II over the five label-free criteria of SCORE_CRITERIA (no pruning).")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "nsga2"]), default=None, help="Optuna sampler (default: tpe; nsga2 with --multi).")
 @click.option("--fix", multiple=True, metavar="KEY=VALUE", help="Fix a head dimension, e.g. --fix activation=silu.")
 @click.option("--range", "ranges", multiple=True, metavar="KEY=LO:HI|a,b", help="Narrow a dimension, e.g. --range depth=2:3 or --range norm=batch,layer.")
@@ -83,7 +83,7 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
            ranges: tuple[str, ...], overrides: tuple[str, ...], probe_train: int, probe_test: int, no_prune: bool, no_escape: bool,
            heartbeat: int, keep_checkpoints: bool, no_progress: bool, confirm_seeds: int,
            confirm_epochs: int | None, confirm_backbone: str | None) -> None:
-    """Design a projection head for OBJECTIVE on your backbone and data.
+    """Design a projection head for --objective on your backbone and data.
 
     Each trial screens a candidate head at init (escape curvature at collapse where Thm 4.1's
     premise holds, H_eff conditioning, Jacobian rank on augmentation tangents), trains it under
@@ -124,4 +124,4 @@ def search(objective: str, data: str, test: str | None, data_root: str | None, d
     if not (result.out_dir / "best_head.json").is_file():
         click.echo("note: no trial completed, so there is no best_head.json; give the search more time (--timeout) "
                    "or fewer steps (--min-steps/--max-steps)", err=True)
-    click.echo(f"browse the study (pip install 'geohead[dashboard]'):\n  {result.dashboard}")
+    click.echo(f"browse the study (pip install optuna-dashboard):\n  {result.dashboard}")

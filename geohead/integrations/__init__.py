@@ -2,5 +2,5 @@
 only by the user (``import geohead`` never loads them):
 
 * :mod:`geohead.integrations.lightning` — :class:`~geohead.integrations.lightning.GeometryCallback`
-  (``pip install "geohead[lightning]"``).
+  (``pip install lightning``, or the ``[lightning]`` extra).
 """

@@ -1,4 +1,4 @@
-"""geohead's collapse monitors as a Lightning callback (``pip install "geohead[lightning]"``).
+"""geohead's collapse monitors as a Lightning callback (``pip install lightning``).
 
 ::
 
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - the standalone package
         from pytorch_lightning import Callback
     except ImportError as exc:
         raise ImportError(
-            'geohead.integrations.lightning needs Lightning: pip install "geohead[lightning]"'
+            'geohead.integrations.lightning needs Lightning: pip install lightning'
         ) from exc
 
 from geohead.monitor import GeometryMonitor

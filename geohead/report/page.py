@@ -183,8 +183,8 @@ def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
     if not losses and own:
         page.notes.append("metrics.jsonl has no loss lines: no training curves")
     if not losses and not own and monitors:
-        page.notes.append("the GeometryMonitor JSONL holds no loss (the monitor records geometry only): write "
-                          '{"step": s, "loss": x} lines into it from the training loop for the loss curve')
+        page.notes.append("the GeometryMonitor JSONL holds no loss: call monitor.log_loss(loss) each training step "
+                          "for the loss curve")
     if not own and not monitors:
         page.notes.append("no metrics.jsonl or GeometryMonitor JSONL here: no curves over steps")
     if (monitors or own) and not any("hessian_lambda_min" in m for m in monitors):
@@ -317,8 +317,8 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
         folder: a run folder (``geohead train``; or a folder holding only a diagnose.json or
             GeometryMonitor ``*.jsonl`` files), a search folder (``geohead search``), or the
             JSON report of ``geohead diagnose`` of a checkpoint trained elsewhere.
-        out_dir: where the PNGs and report.html go (default: ``folder`` itself; search plots are
-            always written by the search module into the search folder).
+        out_dir: where the PNGs and report.html go (default: ``folder`` itself, or the folder of
+            the diagnose JSON; a search folder's plots are redrawn there).
 
     Raises:
         ReportError: not a run or search folder, matplotlib missing.

@@ -60,8 +60,7 @@ def monitor_files(folder: str | os.PathLike) -> list[Path]:
 def read_metrics(run: str | os.PathLike) -> tuple[list[dict], list[dict]]:
     """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, those of the
     folder's GeometryMonitor JSONL files (:func:`monitor_files`): the monitor records, and as loss
-    records the lines holding a ``loss`` (the monitor records none itself: a loop may write
-    ``{"step": s, "loss": x}`` lines into the file, or a loss key on the records). Lines that
+    records those holding a ``loss`` (what ``GeometryMonitor.log_loss`` gives them). Lines that
     fail to parse are skipped."""
     path = Path(run) / "metrics.jsonl"
     losses, monitors = [], []
