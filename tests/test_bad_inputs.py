@@ -426,6 +426,12 @@ def planted(prepared) -> Path:
         folder.mkdir()
         (folder / "trials.csv").write_text("number,state\n0,COMPLETE\n")
         _link(folder, name, out / target)
+    for sub, name in (("trials", "0000"), ("confirm", "pick_s1")):  # a rerun would train into, and clear, the target
+        folder = w / f"search_link_{sub}_run"
+        (folder / sub).mkdir(parents=True)
+        (folder / "trials.csv").write_text("number,state\n0,COMPLETE\n")
+        _link(folder / sub, name, w / "run_victim")
+    shutil.copytree(w / "run", w / "run_victim")
     export_backbone(w / "run", w / "exp_ok", with_head=True)
     for name in ("config.json", "head.json"):
         shutil.copytree(w / "exp_ok", w / f"exp_link_{name.split('.')[0]}")
@@ -467,6 +473,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("search-plot-link-out", ["search", *SEARCH_TINY, "--out", "search_link_criteria_vs_knn"], "criteria_vs_knn.png"),
         ("search-trials-link-out", ["search", *SEARCH_TINY, "--out", "search_link_trials"], "trials.csv"),
         ("search-study-db-link-out", ["search", *SEARCH_TINY, "--out", "search_link_study"], "study.db"),
+        ("search-trial-folder-link-out", ["search", *SEARCH_TINY, "--out", "search_link_trials_run"], "0000"),
+        ("search-confirm-folder-link-out", ["search", *SEARCH_TINY, "--out", "search_link_confirm_run"], "pick_s1"),
         ("search-images-link-out", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_link"], "x.png"),
         ("report-summary-link-out", ["report", "run_link_summary", "--out", "r"], "summary.json"),
         ("report-config-link-out", ["report", "run_link_config", "--out", "r"], "config.json"),

@@ -226,6 +226,10 @@ class SearchConfig:
         if problem:
             raise SearchError(f"--out {str(self.out_dir)!r} cannot be written: {problem}; choose another --out folder")
         refuse_links_out(self.out_dir, SEARCH_FILES, "search file", SearchError)
+        for sub in ("trials", "confirm"):  # the run folders a rerun trains into, deletes in and reads results from
+            if (self.out_dir / sub).is_dir():
+                runs = sorted(f"{sub}/{p.name}" for p in (self.out_dir / sub).iterdir())
+                refuse_links_out(self.out_dir, runs, "search run folder", SearchError)
         return self
 
     def _check_choices(self) -> None:
