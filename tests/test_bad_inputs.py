@@ -59,6 +59,9 @@ def world(tmp_path_factory) -> Path:
     ck = load_checkpoint(run)
     meta = {**ck.meta, "head_spec": {**ck.meta["head_spec"], "activation": "pwn_geohead:Evil"}}
     save_checkpoint(w / "pwnspec.ckpt", ck.tensors, meta)
+    # a loss sized by the checkpoint's metadata: DINO's prototypes (a 4 TiB centre), a Barlow Twins k x k matrix
+    save_checkpoint(w / "dino_huge.ckpt", ck.tensors, {**ck.meta, "objective": "dino", "objective_hparams": {"out_dim": 2 ** 40}})
+    save_checkpoint(w / "barlow_wide.ckpt", ck.tensors, {**ck.meta, "head_spec": {**ck.meta["head_spec"], "out_dim": 40_000}})
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in ck.section("model.backbone").items()}, str(w / "weights.safetensors"))
@@ -536,6 +539,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-n-test-huge", ["diagnose", "run", "--json", "d.json", "--n-test", BIG], BIG),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
+        ("diagnose-ckpt-prototypes-huge", ["diagnose", "dino_huge.ckpt", "--json", "d.json"], "objective_args.out_dim=1099511627776"),
+        ("diagnose-ckpt-out-dim-huge", ["diagnose", "barlow_wide.ckpt", "--json", "d.json"], "out_dim 40,000 needs 6 GiB"),
         ("diagnose-img-size-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--img-size", "0",
                                     "--json", "d.json"], "--img-size"),
         ("export-img-size-zero", ["export", "weights.safetensors", "--out", "e", "--architecture", "resnet18_w16",
@@ -637,6 +642,8 @@ def _trust_api_cases() -> dict[str, list[tuple[str, Callable[[Path], Any], str, 
             ("load-dataset-pixels-huge", lambda w: load_dataset("shapes", n=10 ** 6, img_size=64), "ValueError", "GiB"),
             ("load-dataset-seed-huge", lambda w: load_dataset("shapes", n=4, seed=2 ** 65), "ValueError", str(2 ** 65)),
             ("load-dataset-image-bomb", lambda w: load_dataset(w / "images_bomb"), "ValueError", "bomb.png"),
+            ("pretrained-objective-out-dim-huge", lambda w: __import__("geohead.pretrained.diagnose").pretrained.diagnose._objective(
+                "barlow", __import__("geohead.heads").heads.GeometricHead(8, 40_000, hidden_dim=16)), "ValueError", "40,000"),
             ("search-config-workers-huge", search(workers=1000), "SearchError", "1000"),
             ("search-config-n-train-huge", search(n_train=10 ** 9), "SearchError", "1000000000"),
             ("search-config-seed-negative", search(seed=-1), "SearchError", "-1"),

@@ -40,8 +40,19 @@ def get_objective(name: str, **kwargs: Any) -> Objective:
     return cls(**kwargs)
 
 
+def objective_for_head(name: str, args: dict[str, Any], head_out_dim: int) -> Objective:
+    """The objective ``name`` with ``args`` completed for a head of output width ``head_out_dim``
+    (``args_for_head``: DINO's prototypes), after ``check_out_dim`` refused a width its loss cannot
+    take; every ``ValueError`` before anything is allocated (a checkpoint from elsewhere included)."""
+    key = str(name).lower()
+    if key not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; registered objectives are {sorted(OBJECTIVES)}")
+    OBJECTIVES[key].check_out_dim(head_out_dim)
+    return get_objective(key, **OBJECTIVES[key].args_for_head(args, head_out_dim))
+
+
 __all__ = [
-    "OBJECTIVES", "Objective", "CollapsedState", "get_objective",
+    "OBJECTIVES", "Objective", "CollapsedState", "get_objective", "objective_for_head",
     "SimCLR", "BYOL", "SimSiam", "BarlowTwins", "VICReg", "DINO",
     "cosine_momentum", "ema_update_", "make_teacher",
 ]

@@ -147,14 +147,13 @@ def _objective(objective: str | nn.Module, head: nn.Module, state: dict[str, Any
     """The objective: given, or built by name with its paper defaults sized to the head; for a
     trained model, DINO's teacher temperature is the final one (past the warm-up) and its centre
     the checkpoint's (``state["dino_center"]``) when recorded."""
-    from geohead.objectives import OBJECTIVES, get_objective
+    from geohead.objectives import get_objective, objective_for_head
 
     key = _objective_key(objective)
     if key is None:
         return objective
-    out = getattr(head, "out_dim", None)
-    args = OBJECTIVES[key].args_for_head({}, int(out)) if isinstance(out, int) else {}
-    obj = get_objective(key, **args).eval()
+    out = getattr(head, "out_dim", None)  # a width the loss cannot take is refused before it is built
+    obj = (objective_for_head(key, {}, out) if isinstance(out, int) else get_objective(key)).eval()
     if hasattr(obj, "set_epoch"):
         obj.set_epoch(float("inf"))
     center = (state or {}).get("dino_center")

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from geohead.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from geohead.heads import GeometricHead, HeadSpec
-from geohead.objectives import OBJECTIVES, Objective, get_objective, make_teacher
+from geohead.objectives import Objective, make_teacher, objective_for_head
 
 if TYPE_CHECKING:
     from geohead.training.config import TrainConfig
@@ -85,9 +85,7 @@ def resolve_device(name: str) -> torch.device:
 def build_objective(cfg: TrainConfig, head_spec: HeadSpec) -> Objective:
     """The objective of ``cfg`` with its arguments completed for the head (``args_for_head``);
     ``ValueError`` for a head output its loss cannot take (``check_out_dim``)."""
-    OBJECTIVES[cfg.objective].check_out_dim(head_spec.output_dim)
-    args = OBJECTIVES[cfg.objective].args_for_head(cfg.objective_args, head_spec.output_dim)
-    return get_objective(cfg.objective, **args)
+    return objective_for_head(cfg.objective, cfg.objective_args, head_spec.output_dim)
 
 
 def build_backbone(cfg: TrainConfig) -> nn.Module:
@@ -197,10 +195,13 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     missing = [k for k in ("backbone", "head_spec", "objective", "objective_hparams") if meta.get(k) is None]
     if missing:
         raise ValueError(f"checkpoint {str(ck.path)!r} lacks metadata {missing}; it was not written by geohead train")
+    if not isinstance(meta["objective_hparams"], dict):
+        raise ValueError(f"checkpoint {str(ck.path)!r}: objective_hparams is not a table of hyper-parameters; it was not "
+                         "written by geohead train")
     backbone = rebuild_backbone(meta["backbone"])
     head = GeometricHead.from_spec(meta["head_spec"])
     predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
-    objective = get_objective(meta["objective"], **meta["objective_hparams"])
+    objective = objective_for_head(meta["objective"], meta["objective_hparams"], head.spec.output_dim)
     model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
     load_section(model, ck, "model")
     load_section(objective, ck, "objective")
