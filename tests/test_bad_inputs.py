@@ -59,6 +59,16 @@ def world(tmp_path_factory) -> Path:
     ck = load_checkpoint(run)
     meta = {**ck.meta, "head_spec": {**ck.meta["head_spec"], "activation": "pwn_geohead:Evil"}}
     save_checkpoint(w / "pwnspec.ckpt", ck.tensors, meta)
+    shared: list = []
+    for _ in range(40):  # 2 KB that reach one list 2^40 times
+        shared = [shared, shared]
+    torch.save({"state_dict": ck.section("model.backbone"), "hyper_parameters": {"x": shared}}, w / "shared.pt")
+    import zipfile
+
+    torch.save({"state_dict": {"w": torch.zeros(1 << 18)}}, w / "plain.pt")
+    with zipfile.ZipFile(w / "plain.pt") as zi, zipfile.ZipFile(w / "inflating.pt", "w", zipfile.ZIP_DEFLATED) as zo:
+        for info in zi.infolist():  # the same entries, compressed: 1 MiB of zeros from about 2 KB
+            zo.writestr(info.filename, zi.read(info.filename))
     # a loss sized by the checkpoint's metadata: DINO's prototypes (a 4 TiB centre), a Barlow Twins k x k matrix
     save_checkpoint(w / "dino_huge.ckpt", ck.tensors, {**ck.meta, "objective": "dino", "objective_hparams": {"out_dim": 2 ** 40}})
     save_checkpoint(w / "barlow_wide.ckpt", ck.tensors, {**ck.meta, "head_spec": {**ck.meta["head_spec"], "out_dim": 40_000}})
@@ -539,6 +549,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-n-test-huge", ["diagnose", "run", "--json", "d.json", "--n-test", BIG], BIG),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
+        ("diagnose-pt-shared-lists", ["diagnose", "shared.pt", "--json", "d.json"], "more than 1,000,000 nested"),
+        ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
         ("diagnose-ckpt-prototypes-huge", ["diagnose", "dino_huge.ckpt", "--json", "d.json"], "objective_args.out_dim=1099511627776"),
         ("diagnose-ckpt-out-dim-huge", ["diagnose", "barlow_wide.ckpt", "--json", "d.json"], "out_dim 40,000 needs 6 GiB"),
         ("diagnose-img-size-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--img-size", "0",

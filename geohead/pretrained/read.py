@@ -12,7 +12,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from torch import Tensor
 
 #: Classes a checkpoint may hold besides tensors and containers (torch's safe-globals allowlist).
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
@@ -57,6 +56,7 @@ def load_file(path: str | os.PathLike) -> tuple[Any, str]:
         return {**tensors, "__metadata__": meta}, kind
     if kind not in ("lightning", "torch", "torch-legacy"):
         raise PretrainedError(f"{str(p)!r} is {describe_kind(kind)}: neither safetensors nor a torch checkpoint")
+    _refuse_compressed(p)
     try:
         with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
             obj = torch.load(p, map_location="cpu", weights_only=True)
@@ -70,18 +70,56 @@ def load_file(path: str | os.PathLike) -> tuple[Any, str]:
         ) from None
     except (RuntimeError, OSError, EOFError) as exc:
         raise PretrainedError(f"{str(p)!r} ({describe_kind(kind)}) cannot be read: truncated or corrupted? {exc}") from None
-    return _plain(obj), kind
+    except RecursionError:
+        raise PretrainedError(f"{str(p)!r} ({describe_kind(kind)}) nests its objects deeper than Python reads; it is "
+                              "not a checkpoint geohead can interpret") from None
+    return _plain(obj, p), kind
 
 
-def _plain(obj: Any) -> Any:
-    """Namespaces as dicts, recursively through dicts and lists."""
-    if isinstance(obj, argparse.Namespace):
-        return {k: _plain(v) for k, v in vars(obj).items()}
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)) and not isinstance(obj, Tensor):
-        return type(obj)(_plain(v) for v in obj) if isinstance(obj, list) else obj
-    return obj
+#: The most dicts, lists and Namespaces :func:`load_file` walks in one file, a shared one counted
+#: each time it is reached (a file of a few KB can reach one object 2^40 times).
+MAX_CONTAINERS = 1_000_000
+
+
+def _refuse_compressed(path: Path) -> None:
+    """A zip-format torch file whose entries hold more bytes than the file: torch.save stores
+    entries uncompressed, so compressed ones are a file made to inflate on loading."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as zf:
+            declared = sum(info.file_size for info in zf.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise PretrainedError(f"{str(path)!r} cannot be read: truncated or corrupted? {exc}") from None
+    if declared > path.stat().st_size:
+        raise PretrainedError(f"{str(path)!r} holds compressed entries that inflate to {declared:,} bytes from "
+                              f"{path.stat().st_size:,}; torch.save writes them uncompressed: re-save the weights with "
+                              "torch.save and give that file")
+
+
+def _plain(obj: Any, path: Path) -> Any:
+    """Namespaces as dicts, recursively through dicts and lists, walking at most
+    :data:`MAX_CONTAINERS` of them."""
+    left = [MAX_CONTAINERS]
+
+    def walk(o: Any) -> Any:
+        if not isinstance(o, (argparse.Namespace, dict, list)):
+            return o
+        left[0] -= 1
+        if left[0] < 0:
+            raise PretrainedError(f"{str(path)!r} holds more than {MAX_CONTAINERS:,} nested dicts and lists (or one "
+                                  "reached that many times); it is not a checkpoint geohead can interpret")
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return {k: walk(v) for k, v in (vars(o) if isinstance(o, argparse.Namespace) else o).items()}
+
+    try:
+        return walk(obj)
+    except RecursionError:
+        raise PretrainedError(f"{str(path)!r} nests its dicts and lists deeper than Python reads; it is not a "
+                              "checkpoint geohead can interpret") from None
 
 
 __all__ = ["PretrainedError", "SAFE_GLOBALS", "UnsafeCheckpointError", "load_file"]
