@@ -36,10 +36,14 @@ __all__ = [
     "disk_error",
     "folder_problem",
     "fsync_dir",
+    "parse_json",
     "path_in",
     "read_bytes_in",
-    "refuse_links_out",
+    "read_json",
+    "read_json_lines",
     "read_safetensors",
+    "read_small",
+    "refuse_links_out",
     "save_safetensors",
     "tensor_checksum",
 ]
@@ -167,14 +171,52 @@ def folder_problem(path: str | os.PathLike) -> str | None:
 MAX_SMALL_FILE = 1 << 20
 
 
-def read_small(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError) -> bytes:
-    """The bytes of ``path``, a small file read whole; one over :data:`MAX_SMALL_FILE` bytes is
-    ``error`` (naming it, its size and ``hint``, what to give instead), checked before reading."""
+#: The most bytes of a JSON or JSON-lines file geohead reads whole: a diagnose report, probes,
+#: metrics.jsonl, a search's results.
+MAX_JSON_FILE = 256 << 20
+
+
+def read_small(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError,
+               limit: int = MAX_SMALL_FILE) -> bytes:
+    """The bytes of ``path``, a small file read whole; one over ``limit`` bytes (default
+    :data:`MAX_SMALL_FILE`) is ``error`` (naming it, its size and ``hint``, what to give instead),
+    checked before reading."""
     size = Path(path).stat().st_size
-    if size > MAX_SMALL_FILE:
-        raise error(f"{what} {str(path)!r} is {size:,} bytes, above the {MAX_SMALL_FILE >> 20} MiB such a file "
-                    f"holds; {hint}")
+    if size > limit:
+        raise error(f"{what} {str(path)!r} is {size:,} bytes, above the {limit >> 20} MiB such a file holds; {hint}")
     return Path(path).read_bytes()
+
+
+def parse_json(data: str | bytes, what: str, error: Callable[[str], Exception] = ValueError) -> Any:
+    """The JSON value of ``data``; ``error`` naming ``what`` when it is not JSON, not UTF-8, or
+    nested deeper than Python parses (a RecursionError, not a ValueError, from the json module)."""
+    try:
+        return json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        why = "nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {str(exc)[:80]}"
+        raise error(f"{what} is not valid JSON ({why})") from None
+
+
+def read_json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError
+                    ) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (metrics.jsonl, a monitor's log), read whole only
+    below :data:`MAX_JSON_FILE` bytes; lines that are not JSON objects (a torn last line, a line
+    nested deeper than Python parses) are left out."""
+    records = []
+    for line in read_small(path, what, hint, error, MAX_JSON_FILE).decode("utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def read_json(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError) -> Any:
+    """The JSON value of the file ``path``, read whole only below :data:`MAX_JSON_FILE` bytes
+    (:func:`read_small`) and parsed by :func:`parse_json`; ``error`` naming the file otherwise."""
+    return parse_json(read_small(path, what, hint, error, MAX_JSON_FILE), f"{what} {str(path)!r}", error)
 
 
 def outermost_new(path: str | os.PathLike) -> Path | None:

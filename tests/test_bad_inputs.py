@@ -59,6 +59,14 @@ def world(tmp_path_factory) -> Path:
     ck = load_checkpoint(run)
     meta = {**ck.meta, "head_spec": {**ck.meta["head_spec"], "activation": "pwn_geohead:Evil"}}
     save_checkpoint(w / "pwnspec.ckpt", ck.tensors, meta)
+    from geohead.io import save_safetensors, tensor_checksum
+    from geohead.training.checkpoint import FORMAT
+
+    header = {"format": FORMAT, "config": "[" * 100_000 + "]" * 100_000}  # its checksum holds: the parser is what fails
+    header["checksum"] = tensor_checksum(dict(ck.tensors), header)
+    save_safetensors(w / "deep_meta.ckpt", dict(ck.tensors), header)
+    shutil.copytree(run, w / "run_sparse_metrics")
+    os.truncate(w / "run_sparse_metrics" / "metrics.jsonl", 300 << 20)  # 300 MiB that take no disk
     shared: list = []
     for _ in range(40):  # 2 KB that reach one list 2^40 times
         shared = [shared, shared]
@@ -551,6 +559,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
         ("diagnose-pt-shared-lists", ["diagnose", "shared.pt", "--json", "d.json"], "more than 1,000,000 nested"),
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
+        ("diagnose-ckpt-metadata-deep", ["diagnose", "deep_meta.ckpt", "--json", "d.json"], "nested too deeply"),
+        ("report-metrics-huge", ["report", "run_sparse_metrics", "--out", "r"], "above the 256 MiB"),
         ("diagnose-ckpt-prototypes-huge", ["diagnose", "dino_huge.ckpt", "--json", "d.json"], "objective_args.out_dim=1099511627776"),
         ("diagnose-ckpt-out-dim-huge", ["diagnose", "barlow_wide.ckpt", "--json", "d.json"], "out_dim 40,000 needs 6 GiB"),
         ("diagnose-img-size-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--img-size", "0",

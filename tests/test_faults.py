@@ -165,6 +165,19 @@ def test_an_export_killed_while_writing_leaves_a_folder_the_next_call_removes(ru
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".exp")) == [live.name]
 
 
+def test_a_report_skips_run_records_nested_too_deeply_with_a_note(run_copy, tmp_path) -> None:
+    """config.json and probes.json nested 10^5 deep (a RecursionError inside the json module, a
+    traceback before): the page is written without them, a note naming each."""
+    from geohead.report.page import make_report
+
+    for name in ("config.json", "probes.json"):
+        (run_copy / name).write_text("[" * 100_000 + "]" * 100_000)
+    res = make_report(run_copy, tmp_path / "r")
+    assert res.html.is_file()
+    assert sorted(n.split(" is not")[0] for n in res.notes if "nested too deeply" in n) == [
+        f"config {str(run_copy / 'config.json')!r}", f"probes {str(run_copy / 'probes.json')!r}"]
+
+
 def test_the_sweep_of_killed_exports_removes_only_export_files(tmp_path) -> None:
     """Folders named like a killed export's but holding anything else are left as they are
     (before: removed whole, or moved into --out's place)."""

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
-from geohead.io import tensor_checksum
+from geohead.io import parse_json, tensor_checksum
 
 EXPORT_FORMAT = "geohead.backbone/1"
 HEAD_FORMAT = "geohead.head/1"
@@ -41,10 +41,7 @@ def decode_metadata(meta: Mapping[str, str], path: Path) -> dict[str, Any]:
     out = {}
     for k, v in meta.items():
         if k.startswith("geohead."):
-            try:
-                out[k[len("geohead."):]] = json.loads(v)
-            except json.JSONDecodeError:
-                raise ExportError(f"{str(path)!r}: metadata {k!r} is not valid JSON (corrupted header)") from None
+            out[k[len("geohead."):]] = parse_json(v, f"{str(path)!r}: metadata {k!r} (a corrupted header)", ExportError)
     return out
 
 

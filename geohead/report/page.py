@@ -29,12 +29,18 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from geohead.io import folder_problem, outermost_new, refuse_links_out
+from geohead.io import folder_problem, outermost_new, read_json, read_small, refuse_links_out
 from geohead.plotting import MatplotlibMissing, require_matplotlib
 from geohead.report.captions import loss_caption, monitors_caption, probes_caption
 from geohead.report.run_plots import (
     plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression, read_metrics,
 )
+
+
+#: The most bytes of a PNG the report embeds (base64 makes it a third larger in report.html).
+MAX_PLOT_FILE = 32 << 20
+#: how to mend a diagnose report geohead cannot read
+_AGAIN = "run `geohead diagnose` again or remove it"
 
 
 class ReportError(ValueError):
@@ -86,15 +92,15 @@ def detect(folder: str | os.PathLike) -> str:
 def _is_diagnose(path: Path) -> bool:
     """Whether ``path`` is a ``geohead diagnose`` JSON report (``format: geohead.diagnose/1``)."""
     try:
-        return json.loads(path.read_text()).get("format") == "geohead.diagnose/1"
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        return read_json(path, "diagnose report", _AGAIN, ReportError).get("format") == "geohead.diagnose/1"
+    except (OSError, ReportError, AttributeError):
         return False
 
 
 # ---------------------------------------------------------------------- HTML
 def _img(path: Path, caption: str = "") -> str:
     """``path`` embedded as base64 in a <figure>, captioned with its name and ``caption``."""
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    data = base64.b64encode(read_small(path, "plot", "remove it or draw it smaller", ReportError, MAX_PLOT_FILE)).decode("ascii")
     text = html.escape(path.name) + (f": {html.escape(caption)}" if caption else "")
     return (f'<figure><img alt="{html.escape(path.name)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{text}</figcaption></figure>")
@@ -149,7 +155,7 @@ def _run_report(run: Path, out: Path, diag: Path) -> _Page:
     page = _Page()
     title = _run_title(run, page)
     page.title = f"geohead run report: {title}"
-    trained_elsewhere = _is_diagnose(diag) and json.loads(diag.read_text()).get("pretrained")
+    trained_elsewhere = _is_diagnose(diag) and read_json(diag, "diagnose report", _AGAIN, ReportError).get("pretrained")
     if trained_elsewhere:  # a checkpoint geohead did not train: name it, its layout and method
         title = f"{Path(str(trained_elsewhere.get('source'))).name} ({trained_elsewhere.get('layout')}, {trained_elsewhere.get('method')})"
         page.title = f"geohead report: {title}"
@@ -165,9 +171,12 @@ def _run_title(run: Path, page: _Page) -> str:
     cfg = {}
     if (run / "config.json").is_file():
         try:
-            cfg = json.loads((run / "config.json").read_text())
-        except json.JSONDecodeError:
-            page.notes.append("config.json is not valid JSON; skipped")
+            cfg = read_json(run / "config.json", "config", "remove it", ReportError)
+        except ReportError as exc:
+            page.notes.append(f"{exc}; skipped")
+        if not isinstance(cfg, dict):
+            page.notes.append("config.json is not a JSON object; skipped")
+            cfg = {}
     title_bits = [str(cfg.get("objective", "run")), str((cfg.get("backbone") or {}).get("name") or "default backbone"),
                   str((cfg.get("data") or {}).get("name", ""))]
     return " / ".join(b for b in title_bits if b)
@@ -175,7 +184,7 @@ def _run_title(run: Path, page: _Page) -> str:
 
 def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
     """Loss, collapse monitors and Hessian extremes over steps, from metrics.jsonl."""
-    losses, monitors = read_metrics(run)
+    losses, monitors = read_metrics(run, ReportError)
     training = [*page.figure(plot_loss(losses, out / "loss.png", title), loss_caption(losses)),
                 *page.figure(plot_monitors(monitors, out / "monitors.png"), monitors_caption(monitors)),
                 *page.figure(plot_hessian_tracking(monitors, out / "hessian.png"))]
@@ -200,9 +209,9 @@ def _probes_section(page: _Page, run: Path, out: Path) -> None:
     if not path.is_file():
         return
     try:
-        probes = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        page.notes.append("probes.json is not valid JSON; skipped")
+        probes = read_json(path, "probes", "remove it", ReportError)
+    except (OSError, ReportError) as exc:
+        page.notes.append(f"{exc}; skipped")
         return
     if not isinstance(probes, dict):
         page.notes.append("probes.json is not a JSON object; skipped")
@@ -218,14 +227,14 @@ def _summary_section(page: _Page, run: Path) -> None:
     if not summary.is_file():
         return
     try:
-        s = json.loads(summary.read_text())
+        s = read_json(summary, "summary", "remove it", ReportError)
         text = f"steps {s.get('steps')} of {s.get('total_steps')}; final loss {s.get('final_loss')}"
         if s.get("probes"):
             from geohead.probes import GuillotineReport
 
             text += "\n\nprobes at the end of training:\n" + GuillotineReport.from_dict(s["probes"]).table()
         page.blocks.append(("Summary", _pre(text)))
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (ReportError, KeyError, TypeError, AttributeError):
         page.notes.append("summary.json could not be read; skipped")
 
 
@@ -235,10 +244,7 @@ def _diagnose_section(page: _Page, run: Path, out: Path, diag_path: Path) -> Non
         page.notes.append(f"no diagnose.json: run `geohead diagnose {run}` for orbit compression, the Hessian spectral "
                           "density and the guillotine plots")
         return
-    try:
-        diag = json.loads(diag_path.read_bytes().decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        raise ReportError(f"{str(diag_path)!r} is not valid JSON; run `geohead diagnose {run}` again or remove it") from None
+    diag = read_json(diag_path, "diagnose report", f"run `geohead diagnose {run}` again or remove it", ReportError)
     if not isinstance(diag, dict):
         raise ReportError(f"{str(diag_path)!r} is not a JSON object; run `geohead diagnose {run}` again or remove it")
     parts = [*page.figure(plot_orbit_compression(diag, out / "orbit_compression.png")),
@@ -291,7 +297,8 @@ def _search_report(folder: Path, out: Path) -> _Page:
             page.pngs.append(p)
     page.blocks.append(("Search", "\n".join(_img(p) for p in page.pngs) or "<p>no plots</p>"))
     if (folder / "best_head.json").is_file():
-        page.blocks.append(("Best head (best_head.json)", _pre((folder / "best_head.json").read_text())))
+        spec = read_small(folder / "best_head.json", "head spec", "remove it", ReportError).decode("utf-8", "replace")
+        page.blocks.append(("Best head (best_head.json)", _pre(spec)))
     if meta:
         page.blocks.append(("search.json", _pre(json.dumps(meta, indent=2)[:20000])))
     page.title = f"geohead search report: {meta.get('objective', folder.name) if isinstance(meta, dict) else folder.name}"
@@ -303,9 +310,9 @@ def _search_meta(folder: Path, page: _Page) -> Any:
     if not (folder / "search.json").is_file():
         return {}
     try:
-        return json.loads((folder / "search.json").read_text())
-    except json.JSONDecodeError:
-        page.notes.append("search.json is not valid JSON; skipped")
+        return read_json(folder / "search.json", "search file", "remove it", ReportError)
+    except ReportError as exc:
+        page.notes.append(f"{exc}; skipped")
         return {}
 
 

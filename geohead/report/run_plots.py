@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from geohead.io import MAX_SMALL_FILE, read_json_lines
 from geohead.plotting import agg_figure
 
 if TYPE_CHECKING:
@@ -49,29 +50,24 @@ def monitor_files(folder: str | os.PathLike) -> list[Path]:
             continue
         try:
             with open(p) as fh:
-                first = json.loads(fh.readline() or "{}")
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+                first = json.loads(fh.readline(MAX_SMALL_FILE) or "{}")  # a record's line, not a whole file
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
             continue
         if isinstance(first, dict) and "step" in first and "rankme_head" in first:
             found.append(p)
     return found
 
 
-def read_metrics(run: str | os.PathLike) -> tuple[list[dict], list[dict]]:
+def read_metrics(run: str | os.PathLike, error: Callable[[str], Exception] = ValueError) -> tuple[list[dict], list[dict]]:
     """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, those of the
     folder's GeometryMonitor JSONL files (:func:`monitor_files`): the monitor records, and as loss
     records those holding a ``loss`` (what ``GeometryMonitor.log_loss`` gives them). Lines that
-    fail to parse are skipped."""
+    fail to parse are skipped; a file above :data:`geohead.io.MAX_JSON_FILE` bytes is ``error``."""
     path = Path(run) / "metrics.jsonl"
     losses, monitors = [], []
     paths = [path] if path.is_file() else monitor_files(run)
-    for line in (ln for p in paths for ln in p.read_text().splitlines()):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict):
-            continue
+    hint = "report a folder holding a run's or a monitor's records"
+    for rec in (r for p in paths for r in read_json_lines(p, "metrics file", hint, error)):
         if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
             monitors.append(rec)
             if paths != [path] and "loss" in rec:  # a loss logged on a GeometryMonitor record

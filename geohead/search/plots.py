@@ -8,7 +8,6 @@ importances are computed on (:mod:`geohead.search.importance`).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -68,10 +67,10 @@ def write_search_plots(out_dir: Path, meta: Mapping[str, Any] | None = None, des
 
 def _read_meta(out_dir: Path) -> dict[str, Any]:
     """search.json's content, or {} (none, not JSON, not an object, a link out of the folder)."""
-    from geohead.io import OutsideFolderError, path_in
+    from geohead.io import OutsideFolderError, path_in, read_json
 
     try:
-        meta = json.loads(path_in(out_dir, "search.json", "search file").read_text())
+        meta = read_json(path_in(out_dir, "search.json", "search file"), "search file", "remove it")
     except (OSError, ValueError, OutsideFolderError):
         return {}
     return meta if isinstance(meta, dict) else {}

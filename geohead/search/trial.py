@@ -349,8 +349,15 @@ def _same_run(out: Path, cfg: Any) -> bool:
     """Whether ``out`` holds a checkpointed run of ``cfg`` to resume (its config.json equals it)."""
     import json
 
+    from geohead.io import read_json
+
     saved = out / "config.json"
-    return (out / LAST).is_file() and saved.is_file() and json.loads(saved.read_text()) == json.loads(cfg.to_json())
+    if not ((out / LAST).is_file() and saved.is_file()):
+        return False
+    try:  # an unreadable config is not this run's: the trial trains afresh
+        return read_json(saved, "config", "remove it") == json.loads(cfg.to_json())
+    except ValueError:
+        return False
 
 
 __all__ = ["TrialError", "TrialRunner", "trial_line"]

@@ -226,13 +226,15 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., d
                echo: Callable[[str], None], label: str, steps: int | None = None, what: str = "") -> dict[str, float]:
     """``measure(spec, seed, folder)`` (with ``steps=steps`` when given), or the stored result of an
     earlier run of the same head; ``what`` says the runs' own schedule and backbone in the progress line."""
-    from geohead.io import atomic_write_text
+    from geohead.io import atomic_write_text, read_json
 
     path = folder / "result.json"
-    if path.is_file():
-        stored = json.loads(path.read_text())
-        if stored.get("head") == spec.to_dict():
-            return stored
+    try:  # an unreadable or oversized record is measured again and replaced
+        stored = read_json(path, "verdict result", "remove it") if path.is_file() else None
+    except ValueError:
+        stored = None
+    if isinstance(stored, dict) and stored.get("head") == spec.to_dict():
+        return stored
     echo(f"verdict: training the {label} head at seed {seed}: {spec.describe()}{what}")
     measured = measure(spec, seed, folder) if steps is None else measure(spec, seed, folder, steps=steps)
     rec = {**measured, "head": spec.to_dict(), "seed": seed}

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from geohead.filekind import read_error
-from geohead.io import SafetensorsReadError, path_in, read_safetensors, save_safetensors, tensor_checksum
+from geohead.io import SafetensorsReadError, parse_json, path_in, read_safetensors, save_safetensors, tensor_checksum
 
 FORMAT = "geohead.training.checkpoint/1"
 #: A run folder's checkpoint, named for its format.
@@ -98,10 +98,7 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     for k, v in header.items():
         if k == "format":
             continue
-        try:
-            meta[k] = json.loads(v)
-        except json.JSONDecodeError:
-            raise CheckpointError(f"{str(path)!r}: metadata {k!r} is not valid JSON (corrupted header)") from None
+        meta[k] = parse_json(v, f"{str(path)!r}: metadata {k!r} (a corrupted header)", CheckpointError)
     return Checkpoint(path, tensors, meta)
 
 

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.training.config import TrainConfig
-from geohead.io import append_text, atomic_write_text
+from geohead.io import MAX_JSON_FILE, append_text, atomic_write_text, read_json_lines, read_small
 from geohead.logs import CsvLog, TensorBoardLog
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
@@ -92,19 +92,15 @@ class Tracker:
                 "hessian_matvecs": s.n_matvec, "hessian_bn_mode": "eval"}
 
 
+#: what to do with a metrics.jsonl above the bound (a run of millions of records, or not a run's)
+METRICS_HINT = "start the run in a new folder, or with --overwrite"
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of ``metrics.jsonl`` (none when it is missing), other lines left out."""
     if not path.exists():
         return []
-    records = []
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return read_json_lines(path, "metrics file", METRICS_HINT)
 
 
 def truncate_metrics(path: Path, step: int) -> int:
@@ -114,12 +110,12 @@ def truncate_metrics(path: Path, step: int) -> int:
     if not path.exists():
         return 0
     keep, torn = [], 0
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
+    for line in read_small(path, "metrics file", METRICS_HINT, limit=MAX_JSON_FILE).decode("utf-8", errors="replace").splitlines():
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             record = None
         if not isinstance(record, dict) or isinstance(record.get("step", 0), bool) \
                 or not isinstance(record.get("step", 0), (int, float)):
