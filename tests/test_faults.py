@@ -178,6 +178,24 @@ def test_a_report_skips_run_records_nested_too_deeply_with_a_note(run_copy, tmp_
         f"config {str(run_copy / 'config.json')!r}", f"probes {str(run_copy / 'probes.json')!r}"]
 
 
+def test_a_report_makes_nothing_beside_its_out_folder(run_copy, tmp_path, monkeypatch) -> None:
+    """Its temporary folder is made inside --out (before: in --out's parent, the folder above the
+    run with no --out), and the page lands in --out."""
+    import tempfile
+
+    from geohead.report.page import make_report
+
+    made: list[Path] = []
+    real = tempfile.mkdtemp
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(Path(real(*a, **k))) or made[-1])
+    out = tmp_path / "r"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    res = make_report(run_copy, out)
+    drawn = [p for p in made if p.name.startswith(".report.tmp-")]  # not folder_problem's probe, removed at once
+    assert [p.parent for p in drawn] == [out] and not drawn[0].exists() and res.html == out / "report.html"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "r"])
+
+
 def test_the_sweep_of_killed_exports_removes_only_export_files(tmp_path) -> None:
     """Folders named like a killed export's but holding anything else are left as they are
     (before: removed whole, or moved into --out's place)."""

@@ -350,12 +350,12 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     if kind == "search":
         _check_trials(folder / "trials.csv")
     new = outermost_new(out)  # removed again, with the folders made for it, when the report fails
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name or 'report'}.tmp-", dir=out.parent))
-    try:  # drawn in a temporary folder: a malformed input leaves nothing behind
+    tmp = None
+    try:  # drawn in a temporary folder inside out: a malformed input leaves nothing behind, nothing is made beside out
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".report.tmp-", dir=out))
         page = _draw(folder, kind, tmp, diag)
         made = write_html(page.title, page.blocks, tmp / "report.html")
-        out.mkdir(parents=True, exist_ok=True)
         moved = {p: out / p.name for p in [*page.pngs, made] if p.parent == tmp}
         for src, dst in moved.items():
             os.replace(src, dst)
@@ -364,7 +364,8 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
             shutil.rmtree(new, ignore_errors=True)
         raise
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return ReportResult(out / "report.html", [moved.get(p, p) for p in page.pngs], kind, page.notes)
 
 
