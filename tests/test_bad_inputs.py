@@ -227,6 +227,8 @@ def prepared(world) -> Path:
         shutil.copy(world / "bitflip.ckpt", flip / "last.safetensors")
         (world / "folder_full").mkdir()
         (world / "folder_full" / "keep.txt").write_text("mine\n")
+        (world / "folder_hf").mkdir()  # another program's model folder: its config.json is not a run's
+        (world / "folder_hf" / "config.json").write_text('{"model_type": "bert", "hidden_size": 768}\n')
     return world
 
 
@@ -559,6 +561,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
         ("diagnose-pt-shared-lists", ["diagnose", "shared.pt", "--json", "d.json"], "more than 1,000,000 nested"),
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
+        ("train-out-another-programs-config", ["train", RECIPE, *TRAIN_TINY, "--out", "folder_hf"], "not this run's"),
         ("diagnose-ckpt-metadata-deep", ["diagnose", "deep_meta.ckpt", "--json", "d.json"], "nested too deeply"),
         ("report-metrics-huge", ["report", "run_sparse_metrics", "--out", "r"], "above the 256 MiB"),
         ("diagnose-ckpt-prototypes-huge", ["diagnose", "dino_huge.ckpt", "--json", "d.json"], "objective_args.out_dim=1099511627776"),

@@ -37,15 +37,12 @@ from geohead.training.checkpoint import (
 )
 from geohead.training.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
-from geohead.io import atomic_write_text, folder_problem, refuse_links_out
+from geohead.io import atomic_write_text
 from geohead.training.model import (
     SSLModel, build_teacher, load_section, resolve_device, seeded_models, sync_batchnorm, training_data,
 )
 from geohead.objectives import Objective, ema_update_
-
-
-#: The files of a run folder besides its checkpoint (geohead.training.checkpoint.RUN_CHECKPOINTS).
-RUN_FILES = ("metrics.jsonl", "metrics.csv", "config.json", "head.json", "probes.json", "summary.json")
+from geohead.training.run_folder import check_run_folder, run_identity
 
 
 class TrainingDiverged(RuntimeError):
@@ -146,10 +143,7 @@ def train(cfg: TrainConfig, resume: bool = True, overwrite: bool = False,
     ``out``).
     """
     cfg.validate()
-    problem = folder_problem(cfg.out_dir)
-    if problem:
-        raise ConfigError(f"run folder {str(cfg.out_dir)!r} cannot be written: {problem}; choose another out")
-    refuse_links_out(cfg.out_dir, (*RUN_CHECKPOINTS, *RUN_FILES), "run file", ConfigError)
+    check_run_folder(cfg, overwrite)
     dist_on = distributed.join_from_env()
     try:
         run = setup(cfg, distributed.rank(), distributed.world_size(), data)
@@ -221,7 +215,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         ck = load_checkpoint(saved)
         if not resume:
             raise ValueError(f"{out} already holds a run; pass overwrite=True (--overwrite) or choose another out")
-        if _run_identity(ck.meta.get("config", {})) != _run_identity(cfg.to_dict()):
+        if run_identity(ck.meta.get("config", {})) != run_identity(cfg.to_dict()):
             raise ValueError(
                 f"{out} holds a different run (its config differs from this one); "
                 "use --overwrite to replace it or --out to choose another folder"
@@ -429,17 +423,6 @@ def _call(callback: Callable[[EpochEnd], None], info: EpochEnd, model: nn.Module
     """Run a user callback; the student goes back to train mode afterwards."""
     callback(info)
     model.train()
-
-
-def _run_identity(cfg: dict) -> dict:
-    """The parts of a config that must match for a resume (not max_steps, tracking, probes and their
-    test data, device): a finished run reruns with another test set to probe it, training nothing."""
-    d = json.loads(json.dumps(cfg))  # as stored in a checkpoint (tuples become lists)
-    for key in ("track", "probe", "device", "compile", "out"):
-        d.pop(key, None)
-    for section, key in (("optim", "max_steps"), ("data", "test"), ("data", "n_test")):  # test data: probes alone
-        d.get(section, {}).pop(key, None)
-    return d
 
 
 def _progress(cfg: TrainConfig, is_main: bool, start: int, total: int):
