@@ -65,6 +65,9 @@ def world(tmp_path_factory) -> Path:
     header = {"format": FORMAT, "config": "[" * 100_000 + "]" * 100_000}  # its checksum holds: the parser is what fails
     header["checksum"] = tensor_checksum(dict(ck.tensors), header)
     save_safetensors(w / "deep_meta.ckpt", dict(ck.tensors), header)
+    save_checkpoint(w / "no_norm.ckpt", ck.tensors, {**ck.meta, "data": {"name": "shapes"}})  # no mean / std recorded
+    shutil.copytree(run, w / "run_no_optim")  # this run's folder, its checkpoint without the optimiser's state
+    save_checkpoint(w / "run_no_optim" / "last.safetensors", ck.tensors, {k: v for k, v in ck.meta.items() if k != "optimizer"})
     shutil.copytree(run, w / "run_sparse_metrics")
     os.truncate(w / "run_sparse_metrics" / "metrics.jsonl", 300 << 20)  # 300 MiB that take no disk
     shared: list = []
@@ -562,6 +565,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-pt-shared-lists", ["diagnose", "shared.pt", "--json", "d.json"], "more than 1,000,000 nested"),
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
         ("train-out-another-programs-config", ["train", RECIPE, *TRAIN_TINY, "--out", "folder_hf"], "not this run's"),
+        ("train-resume-no-optimiser-state", ["train", RECIPE, *TRAIN_TINY, "--out", "run_no_optim"], "optimiser state"),
+        ("diagnose-ckpt-no-normalisation", ["diagnose", "no_norm.ckpt", "--json", "d.json"], "no training normalisation"),
         ("diagnose-ckpt-metadata-deep", ["diagnose", "deep_meta.ckpt", "--json", "d.json"], "nested too deeply"),
         ("report-metrics-huge", ["report", "run_sparse_metrics", "--out", "r"], "above the 256 MiB"),
         ("diagnose-ckpt-prototypes-huge", ["diagnose", "dino_huge.ckpt", "--json", "d.json"], "objective_args.out_dim=1099511627776"),

@@ -215,6 +215,7 @@ def diagnose(source: str | os.PathLike | Checkpoint, settings: DiagnoseSettings 
     ck = source if isinstance(source, Checkpoint) else load_checkpoint(source)
     tm = load_trained(ck, device)
     cfg = _config(tm.meta, s)
+    normalisation(tm.meta)  # a header without it is refused before any measurement
 
     say = _Clock(stage_sink(progress, len(s.families), s.probes))
     say("data", "data")  # first, so that a bad --data fails before any measurement
@@ -266,7 +267,7 @@ def _curvature(tm: TrainedModels, test: Any, cfg: Any, s: DiagnoseSettings, devi
                               generator=torch.Generator().manual_seed(s.seed))
     say("H_eff at real features", "hessian")
     b = min(s.hessian_samples, len(test))
-    mean, std = tm.meta["data"]["mean"], tm.meta["data"]["std"]  # the training normalisation, whatever the data
+    mean, std = normalisation(tm.meta)  # the training normalisation, whatever the data
     z1, z2 = real_feature_batch(tm, test.images[:b], mean, std, cfg, s.seed, device)
     eh = EffectiveHessian(head, tm.objective, z1, z2, predictor=pred, teacher=teacher_head, bn_mode="eval",
                           dtype=MODES[s.mode]["dtype"])
@@ -284,7 +285,7 @@ def _orbits_and_collapse(tm: TrainedModels, test: Any, s: DiagnoseSettings, devi
     from geohead.features import extract, image_encoder
     from geohead.geometry import collapse_monitors, orbit_invariance
 
-    mean, std = tm.meta["data"]["mean"], tm.meta["data"]["std"]
+    mean, std = normalisation(tm.meta)
     n_orb = min(s.n_orbit_images, len(test))
     images01 = test.images[:n_orb].float() / 255.0
     encode = image_encoder(tm.model.backbone, mean, std, device, channels_last=tm.channels_last)
@@ -319,7 +320,7 @@ def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, 
         "data": {"name": cfg.data.name, "test": cfg.data.test or cfg.data.name, "n_test": len(test),
                  "probe_split": parts["probe_split"],
                  "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
-                 "mean": meta["data"]["mean"], "std": meta["data"]["std"]},
+                 "mean": normalisation(meta)[0], "std": normalisation(meta)[1]},
         "settings": dataclasses.asdict(s),
         **{k: parts[k] for k in ("escape", "hessian", "density", "orbits", "collapse", "probes")},
         "orbit_summary": orbit_summary(parts["orbits"]),
@@ -327,6 +328,16 @@ def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, 
     }
     report["settings"]["families"] = list(s.families)
     return report
+
+
+def normalisation(meta: dict[str, Any]) -> tuple[Any, Any]:
+    """(mean, std) a checkpoint's run trained with (its ``data`` metadata); ``ValueError`` when it
+    records none (a header geohead train did not write, even under a checksum that holds)."""
+    data = meta.get("data") if isinstance(meta.get("data"), dict) else {}
+    if data.get("mean") is None or data.get("std") is None:
+        raise ValueError("the checkpoint records no training normalisation (data.mean, data.std); it was not written "
+                         "by geohead train")
+    return data["mean"], data["std"]
 
 
 def default_json_path(source: str | os.PathLike) -> Path:

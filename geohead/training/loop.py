@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from geohead import distributed
 from geohead._version import __version__
 from geohead.training.checkpoint import (
-    LAST, LEGACY_LAST, RUN_CHECKPOINTS, load_checkpoint, load_optimizer, optimizer_tensors, run_checkpoint, save_checkpoint,
+    LAST, LEGACY_LAST, RUN_CHECKPOINTS, CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, run_checkpoint, save_checkpoint,
 )
 from geohead.training.config import ConfigError, TrainConfig
 from geohead.heads import HeadSpec
@@ -224,8 +224,12 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         if run.teacher is not None:
             load_section(run.teacher, ck, "teacher")
         load_section(run.objective, ck, "objective")
-        load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
-        start_step = int(ck.meta["step"])
+        try:
+            load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
+            start_step = int(ck.meta["step"])
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a checksum that holds over another program's header
+            raise CheckpointError(f"checkpoint {str(saved)!r}: its optimiser state or step cannot be read ({type(exc).__name__}: "
+                                  f"{str(exc)[:80]}); start the run again with --overwrite") from None
         if run.is_main:
             from geohead.training.tracker import truncate_metrics
 

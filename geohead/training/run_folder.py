@@ -21,6 +21,8 @@ def run_identity(cfg: dict) -> dict:
     """The parts of a config that must match for a resume (not max_steps, tracking, probes and their
     test data, device): a finished run reruns with another test set to probe it, training nothing."""
     d = json.loads(json.dumps(cfg))  # as stored in a checkpoint (tuples become lists)
+    if not isinstance(d, dict) or not all(isinstance(d.get(s, {}), dict) for s in ("optim", "data")):
+        return {"not a run's config": d}  # equal to no TrainConfig's
     for key in ("track", "probe", "device", "compile", "out"):
         d.pop(key, None)
     for section, key in (("optim", "max_steps"), ("data", "test"), ("data", "n_test")):  # test data: probes alone
