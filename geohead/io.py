@@ -20,7 +20,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from torch import Tensor
 
@@ -36,6 +36,7 @@ __all__ = [
     "disk_error",
     "folder_problem",
     "fsync_dir",
+    "json_lines",
     "parse_json",
     "path_in",
     "read_bytes_in",
@@ -171,9 +172,11 @@ def folder_problem(path: str | os.PathLike) -> str | None:
 MAX_SMALL_FILE = 1 << 20
 
 
-#: The most bytes of a JSON or JSON-lines file geohead reads whole: a diagnose report, probes,
-#: metrics.jsonl, a search's results.
+#: The most bytes of a JSON file geohead reads whole: a diagnose report, probes, a search's results.
 MAX_JSON_FILE = 256 << 20
+#: The most bytes of a JSON-lines file geohead streams (metrics.jsonl, a monitor's log): a record
+#: held in memory per line, each line at most MAX_SMALL_FILE.
+MAX_RECORDS_FILE = 4 << 30
 
 
 def read_small(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError,
@@ -197,20 +200,35 @@ def parse_json(data: str | bytes, what: str, error: Callable[[str], Exception] =
         raise error(f"{what} is not valid JSON ({why})") from None
 
 
+def json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError
+               ) -> Iterator[tuple[str, Any]]:
+    """(line, its JSON value, or None when it is not JSON) for each non-empty line of a JSON-lines
+    file, streamed: a file above :data:`MAX_RECORDS_FILE` bytes is ``error`` (checked before
+    reading), a line above :data:`MAX_SMALL_FILE` bytes is skipped unread, a line nested deeper
+    than Python parses is None."""
+    size = Path(path).stat().st_size
+    if size > MAX_RECORDS_FILE:
+        raise error(f"{what} {str(path)!r} is {size:,} bytes, above the {MAX_RECORDS_FILE >> 30} GiB such a file "
+                    f"holds; {hint}")
+    with open(path, "rb") as fh:
+        while chunk := fh.readline(MAX_SMALL_FILE + 1):
+            if len(chunk) > MAX_SMALL_FILE:  # the rest of an overlong line, read and dropped a chunk at a time
+                while chunk and not chunk.endswith(b"\n"):
+                    chunk = fh.readline(MAX_SMALL_FILE)
+                continue
+            line = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
+            if line.strip():
+                try:
+                    yield line, json.loads(line)
+                except (ValueError, RecursionError):
+                    yield line, None
+
+
 def read_json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError
                     ) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file (metrics.jsonl, a monitor's log), read whole only
-    below :data:`MAX_JSON_FILE` bytes; lines that are not JSON objects (a torn last line, a line
-    nested deeper than Python parses) are left out."""
-    records = []
-    for line in read_small(path, what, hint, error, MAX_JSON_FILE).decode("utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    """The JSON objects of a JSON-lines file (metrics.jsonl, a monitor's log) by :func:`json_lines`;
+    lines that are not JSON objects (a torn last line, a line nested too deeply) are left out."""
+    return [record for _, record in json_lines(path, what, hint, error) if isinstance(record, dict)]
 
 
 def read_json(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError) -> Any:

@@ -69,7 +69,7 @@ def world(tmp_path_factory) -> Path:
     shutil.copytree(run, w / "run_no_optim")  # this run's folder, its checkpoint without the optimiser's state
     save_checkpoint(w / "run_no_optim" / "last.safetensors", ck.tensors, {k: v for k, v in ck.meta.items() if k != "optimizer"})
     shutil.copytree(run, w / "run_sparse_metrics")
-    os.truncate(w / "run_sparse_metrics" / "metrics.jsonl", 300 << 20)  # 300 MiB that take no disk
+    os.truncate(w / "run_sparse_metrics" / "metrics.jsonl", 5 << 30)  # 5 GiB that take no disk
     shared: list = []
     for _ in range(40):  # 2 KB that reach one list 2^40 times
         shared = [shared, shared]
@@ -568,7 +568,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("train-resume-no-optimiser-state", ["train", RECIPE, *TRAIN_TINY, "--out", "run_no_optim"], "optimiser state"),
         ("diagnose-ckpt-no-normalisation", ["diagnose", "no_norm.ckpt", "--json", "d.json"], "no training normalisation"),
         ("diagnose-ckpt-metadata-deep", ["diagnose", "deep_meta.ckpt", "--json", "d.json"], "nested too deeply"),
-        ("report-metrics-huge", ["report", "run_sparse_metrics", "--out", "r"], "above the 256 MiB"),
+        ("report-metrics-huge", ["report", "run_sparse_metrics", "--out", "r"], "above the 4 GiB"),
         ("diagnose-ckpt-prototypes-huge", ["diagnose", "dino_huge.ckpt", "--json", "d.json"], "objective_args.out_dim=1099511627776"),
         ("diagnose-ckpt-out-dim-huge", ["diagnose", "barlow_wide.ckpt", "--json", "d.json"], "out_dim 40,000 needs 6 GiB"),
         ("diagnose-img-size-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--img-size", "0",

@@ -196,6 +196,20 @@ def test_a_report_makes_nothing_beside_its_out_folder(run_copy, tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "r"])
 
 
+def test_a_killed_overwrite_puts_back_a_previous_out_folder_with_files_of_its_own(tmp_path) -> None:
+    """--out, set aside by --overwrite with a README of the user's in it, is put back whole when the
+    export was killed before the new folder took its place."""
+    from geohead.export.write import recover_interrupted
+
+    old = tmp_path / f".exp.old-{2 ** 31 - 1}"
+    old.mkdir()
+    for name in ("model.safetensors", "README.md"):
+        (old / name).write_text("mine")
+    assert recover_interrupted(tmp_path / "exp") == [
+        f"restored the previous export {tmp_path / 'exp'} from {old.name} (an export was killed while replacing it)"]
+    assert sorted(p.name for p in (tmp_path / "exp").iterdir()) == ["README.md", "model.safetensors"] and not old.exists()
+
+
 def test_the_sweep_of_killed_exports_removes_only_export_files(tmp_path) -> None:
     """Folders named like a killed export's but holding anything else are left as they are
     (before: removed whole, or moved into --out's place)."""
@@ -207,13 +221,14 @@ def test_the_sweep_of_killed_exports_removes_only_export_files(tmp_path) -> None
         folder.mkdir()
         (folder / name).write_text("kept")
     (old / "sub").mkdir()
+    (tmp_path / "exp").mkdir()  # --out is in place: the old folder is not put back, and not removed either
     ours = tmp_path / f".exp.tmp-{dead}-x"
     ours.mkdir()
     (ours / "config.json").write_text("{}")
     (ours / ".model.safetensors.tmpab12").write_bytes(b"")
     done = recover_interrupted(tmp_path / "exp")
     assert (theirs / "notes.txt").read_text() == "kept" and (old / "model.safetensors").read_text() == "kept"
-    assert not ours.exists() and not (tmp_path / "exp").exists()
+    assert not ours.exists() and not any((tmp_path / "exp").iterdir())
     assert sorted(done) == [f"left {old.name} as it is: it holds files an export does not write",
                             f"left {theirs.name} as it is: it holds files an export does not write",
                             f"removed {ours.name}, left by a killed export"]

@@ -81,3 +81,17 @@ def test_outermost_new_is_the_first_folder_a_mkdir_would_make(tmp_path) -> None:
     assert outermost_new(tmp_path / "a") is None
     assert outermost_new(tmp_path / "a" / "b" / "c") == tmp_path / "a" / "b"
     assert outermost_new(tmp_path / "n") == tmp_path / "n"
+
+
+def test_json_lines_stream_records_and_skip_overlong_or_deep_lines(tmp_path) -> None:
+    """A metrics file with a 2 MiB line and a line nested 10^5 deep between records: the records
+    come back in order, the overlong line unread and the deep one as None (not a RecursionError)."""
+    from geohead.io import json_lines, read_json_lines
+
+    path = tmp_path / "metrics.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    path.write_text('{"step": 1}\n' + '{"x": "' + "a" * (2 << 20) + '"}\n' + deep + "\n\n" + '{"step": 2}')
+    assert [(line, value) for line, value in json_lines(path, "metrics file", "")] == [
+        ('{"step": 1}', {"step": 1}), (deep, None), ('{"step": 2}', {"step": 2})]
+    assert read_json_lines(path, "metrics file", "") == [{"step": 1}, {"step": 2}]
+

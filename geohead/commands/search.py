@@ -61,7 +61,7 @@ def _workers(value: str) -> int | str:
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:K.")
 @click.option("--score", type=click.Choice(["theory", "geometry", "knn"]), default="theory", show_default=True,
               help="What Optuna maximises: a label-free score (theory: RankMe + H_eff conditioning + tangent-Fisher effective rank; geometry: RankMe alone; docs/search.md), or kNN accuracy (needs labels).")
-@click.option("--multi", is_flag=True, help="NSGA-II over the five label-free criteria of SCORE_CRITERIA (no pruning).")
+@click.option("--multi", is_flag=True, help="NSGA-II over five label-free criteria: rankme, uniformity, invariance, fisher, conditioning (no pruning).")
 @click.option("--sampler", type=click.Choice(["tpe", "random", "nsga2"]), default=None, help="Optuna sampler (default: tpe; nsga2 with --multi).")
 @click.option("--fix", multiple=True, metavar="KEY=VALUE", help="Fix a head dimension, e.g. --fix activation=silu.")
 @click.option("--range", "ranges", multiple=True, metavar="KEY=LO:HI|a,b", help="Narrow a dimension, e.g. --range depth=2:3 or --range norm=batch,layer.")

@@ -89,7 +89,7 @@ class DiagnoseSettings:
 
     def validate(self) -> "DiagnoseSettings":
         from geohead.data.orbits import ORBIT_FAMILIES
-        from geohead.geometry.summary import MAX_HESSIAN_BATCH, MAX_LANCZOS_STEPS, MODES
+        from geohead.geometry.summary import MODES, hessian_size_problem
 
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {list(MODES)}")
@@ -109,10 +109,10 @@ class DiagnoseSettings:
         for key in ("hessian_samples", "collapse_batch"):
             if getattr(self, key) < 2:
                 raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
-        for key, top in (("hessian_samples", MAX_HESSIAN_BATCH), ("collapse_batch", MAX_HESSIAN_BATCH),
-                         ("density_steps", MAX_LANCZOS_STEPS)):
-            if getattr(self, key) > top:  # H_eff is B·d-dimensional; a Lanczos basis holds steps × B·d numbers
-                raise ValueError(f"{key}={getattr(self, key)} is above the bound of {top:,}; give at most {top:,}")
+        problem = hessian_size_problem({"hessian_samples": self.hessian_samples, "collapse_batch": self.collapse_batch},
+                                       {"density_steps": self.density_steps})
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -133,6 +133,7 @@ def _config(meta: dict[str, Any], s: DiagnoseSettings):
 
     d = json.loads(json.dumps(meta.get("config") or {}))
     d.setdefault("head", {})["file"] = None  # the head comes from the checkpoint's head_spec
+    d.pop("track", None)  # training's logging, not measured here (and bounded tighter than older runs were)
     data = d.setdefault("data", {})
     if s.data is not None:
         data.update(name=s.data, test=s.data_test, root=s.data_root)
@@ -320,7 +321,7 @@ def _assemble(ck: Checkpoint, tm: TrainedModels, cfg: Any, s: DiagnoseSettings, 
         "data": {"name": cfg.data.name, "test": cfg.data.test or cfg.data.name, "n_test": len(test),
                  "probe_split": parts["probe_split"],
                  "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
-                 "mean": normalisation(meta)[0], "std": normalisation(meta)[1]},
+                 **dict(zip(("mean", "std"), normalisation(meta)))},
         "settings": dataclasses.asdict(s),
         **{k: parts[k] for k in ("escape", "hessian", "density", "orbits", "collapse", "probes")},
         "orbit_summary": orbit_summary(parts["orbits"]),

@@ -330,7 +330,7 @@ def recover_interrupted(out: str | os.PathLike) -> list[str]:
     of processes that still run are left alone. The previous export is put back where ``NAME`` is
     missing (else removed: the replacement finished); temporary folders are removed (those of
     exports before PIDs were in their names, after an hour). A folder holding anything but an
-    export's files is left as it is. Returns what was done, one line each.
+    export's files is never removed. Returns what was done, one line each.
     """
     import re
     import time
@@ -345,18 +345,17 @@ def recover_interrupted(out: str | os.PathLike) -> list[str]:
         m = pattern.match(entry.name)
         if m is None or not entry.is_dir() or entry.is_symlink():
             continue
-        if not _holds_export_files_only(entry):
-            done.append(f"left {entry.name} as it is: it holds files an export does not write")
-            continue
         kind, digits = ("old", m.group(2)) if m.group(1) else ("tmp", m.group(4))
         pid = int(digits) if digits else None
         if pid is not None and pid != os.getpid() and _alive(pid):
             continue
         if pid is None and time.time() - entry.stat().st_mtime < 3600:
             continue
-        if kind == "old" and not (out.exists() or out.is_symlink()):
+        if kind == "old" and not (out.exists() or out.is_symlink()):  # the --out folder itself, set aside: put back
             os.replace(entry, out)
             done.append(f"restored the previous export {out} from {entry.name} (an export was killed while replacing it)")
+        elif not _holds_export_files_only(entry):
+            done.append(f"left {entry.name} as it is: it holds files an export does not write")
         else:
             shutil.rmtree(entry, ignore_errors=True)
             done.append(f"removed {entry.name}, left by a killed export")

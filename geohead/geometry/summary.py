@@ -41,6 +41,13 @@ MAX_HESSIAN_BATCH = 1024
 MAX_LANCZOS_STEPS = 1000
 
 
+def hessian_size_problem(batches: dict[str, int], steps: dict[str, int]) -> str | None:
+    """Why the named H_eff batch sizes and Lanczos step counts cannot be asked for (the first one
+    above :data:`MAX_HESSIAN_BATCH` or :data:`MAX_LANCZOS_STEPS`, naming it and the bound), else None."""
+    named = [(k, v, MAX_HESSIAN_BATCH) for k, v in batches.items()] + [(k, v, MAX_LANCZOS_STEPS) for k, v in steps.items()]
+    return next((f"{k}={v} is above the bound of {top:,}; give at most {top:,}" for k, v, top in named if v > top), None)
+
+
 def mode_settings(mode: str, **given: Any) -> dict[str, Any]:
     """The settings of ``mode`` (see :data:`MODES`) with every ``given`` value that is not None."""
     if mode not in MODES:

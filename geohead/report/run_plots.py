@@ -62,11 +62,11 @@ def read_metrics(run: str | os.PathLike, error: Callable[[str], Exception] = Val
     """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, those of the
     folder's GeometryMonitor JSONL files (:func:`monitor_files`): the monitor records, and as loss
     records those holding a ``loss`` (what ``GeometryMonitor.log_loss`` gives them). Lines that
-    fail to parse are skipped; a file above :data:`geohead.io.MAX_JSON_FILE` bytes is ``error``."""
+    fail to parse are skipped; a file above :data:`geohead.io.MAX_RECORDS_FILE` bytes is ``error``."""
     path = Path(run) / "metrics.jsonl"
     losses, monitors = [], []
     paths = [path] if path.is_file() else monitor_files(run)
-    hint = "report a folder holding a run's or a monitor's records"
+    hint = "a run's records are far smaller: this is not a run's metrics file"
     for rec in (r for p in paths for r in read_json_lines(p, "metrics file", hint, error)):
         if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
             monitors.append(rec)

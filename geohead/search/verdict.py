@@ -226,11 +226,11 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., d
                echo: Callable[[str], None], label: str, steps: int | None = None, what: str = "") -> dict[str, float]:
     """``measure(spec, seed, folder)`` (with ``steps=steps`` when given), or the stored result of an
     earlier run of the same head; ``what`` says the runs' own schedule and backbone in the progress line."""
-    from geohead.io import atomic_write_text, read_json
+    from geohead.io import atomic_write_text, path_in, read_json
 
     path = folder / "result.json"
-    try:  # an unreadable or oversized record is measured again and replaced
-        stored = read_json(path, "verdict result", "remove it") if path.is_file() else None
+    try:  # an unreadable, oversized or linked-out record is measured again and replaced
+        stored = read_json(path_in(folder, "result.json", "verdict result"), "verdict result", "") if path.is_file() else None
     except ValueError:
         stored = None
     if isinstance(stored, dict) and stored.get("head") == spec.to_dict():

@@ -32,7 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
-from geohead.geometry.summary import MAX_HESSIAN_BATCH, MAX_LANCZOS_STEPS  # noqa: E402
+from geohead.geometry.summary import hessian_size_problem  # noqa: E402
 from geohead.io import read_small  # noqa: E402
 from geohead.training.config_types import ConfigError, build, choice, lookup, non_finite  # noqa: E402
 
@@ -185,7 +185,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
         from geohead.heads import PRESETS
-        from geohead.objectives import OBJECTIVES, get_objective
+        from geohead.objectives import OBJECTIVES, objective_for_head
 
         choice("objective", self.objective, tuple(OBJECTIVES))
         bad = non_finite(self, "")
@@ -204,7 +204,7 @@ class TrainConfig:
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[head]: {exc}") from None
         try:  # with the stand-in head width 8 (e.g. DINO's prototypes)
-            get_objective(self.objective, **OBJECTIVES[self.objective].args_for_head(self.objective_args, spec.output_dim))
+            objective_for_head(self.objective, self.objective_args, spec.output_dim)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[objective_args]: {exc}") from None
         if self.data.views is not None:
@@ -259,9 +259,10 @@ class TrainConfig:
         for key, value in optional.items():
             if value is not None and not value >= 1:
                 raise ConfigError(f"{key} must be a positive integer (or unset), got {value!r}")
-        for key, top in (("track.hessian_samples", MAX_HESSIAN_BATCH), ("track.hessian_iters", MAX_LANCZOS_STEPS)):
-            if lookup(self, key) > top:  # H_eff's dimension and its Lanczos basis
-                raise ConfigError(f"{key}={lookup(self, key)} is above the bound of {top:,}; give at most {top:,}")
+        problem = hessian_size_problem({"track.hessian_samples": self.track.hessian_samples},
+                                       {"track.hessian_iters": self.track.hessian_iters})
+        if problem:
+            raise ConfigError(problem)
         for key in ("data.n_train", "data.n_test", "probe.n_train", "probe.n_test"):
             problem = size_problem(lookup(self, key), self.data.img_size, key, "data.img_size")
             if problem:
@@ -364,5 +365,3 @@ def _recipe_bytes(recipe: str | Path) -> tuple[str, bytes]:
         raise ConfigError(f"recipe {str(path)!r} does not exist{hint}")
     raise ConfigError(f"unknown recipe {str(recipe)!r}: give a TOML file or the name of a packaged recipe, "
                       f"one of {known}")
-
-

@@ -227,7 +227,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         try:
             load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
             start_step = int(ck.meta["step"])
-        except (KeyError, TypeError, ValueError, OverflowError) as exc:  # a checksum that holds over another program's header
+        except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:  # a header geohead did not write
             raise CheckpointError(f"checkpoint {str(saved)!r}: its optimiser state or step cannot be read ({type(exc).__name__}: "
                                   f"{str(exc)[:80]}); start the run again with --overwrite") from None
         if run.is_main:

@@ -198,10 +198,15 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     if not isinstance(meta["objective_hparams"], dict):
         raise ValueError(f"checkpoint {str(ck.path)!r}: objective_hparams is not a table of hyper-parameters; it was not "
                          "written by geohead train")
+    spec = HeadSpec.coerce(meta["head_spec"])
+    try:  # the loss sized from the header before any module is built
+        objective = objective_for_head(meta["objective"], meta["objective_hparams"], spec.output_dim)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"checkpoint {str(ck.path)!r}: its objective and objective_hparams do not fit its head "
+                         f"({exc}); it was not written by geohead train") from None
     backbone = rebuild_backbone(meta["backbone"])
-    head = GeometricHead.from_spec(meta["head_spec"])
+    head = GeometricHead.from_spec(spec)
     predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
-    objective = objective_for_head(meta["objective"], meta["objective_hparams"], head.spec.output_dim)
     model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
     load_section(model, ck, "model")
     load_section(objective, ck, "objective")

@@ -42,7 +42,7 @@ def check_run_folder(cfg: TrainConfig, overwrite: bool) -> None:
         return  # a checkpointed folder is checked against this run when it is restored
     try:
         same = run_identity(read_json(out / "config.json", "config", "")) == run_identity(cfg.to_dict())
-    except (ValueError, TypeError, AttributeError):  # unreadable, or not a run's config
+    except (ValueError, TypeError, AttributeError, OSError):  # unreadable, or not a run's config
         same = False
     if not same:
         raise ConfigError(f"{str(out)!r} holds a config.json that is not this run's and no checkpoint; pass --overwrite "

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.training.config import TrainConfig
-from geohead.io import MAX_JSON_FILE, append_text, atomic_write_text, read_json_lines, read_small
+from geohead.io import append_text, atomic_write_text, json_lines, read_json_lines
 from geohead.logs import CsvLog, TensorBoardLog
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
@@ -110,13 +110,7 @@ def truncate_metrics(path: Path, step: int) -> int:
     if not path.exists():
         return 0
     keep, torn = [], 0
-    for line in read_small(path, "metrics file", METRICS_HINT, limit=MAX_JSON_FILE).decode("utf-8", errors="replace").splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            record = None
+    for line, record in json_lines(path, "metrics file", METRICS_HINT):
         if not isinstance(record, dict) or isinstance(record.get("step", 0), bool) \
                 or not isinstance(record.get("step", 0), (int, float)):
             torn += 1
