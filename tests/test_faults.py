@@ -45,6 +45,18 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
+def test_a_run_killed_before_its_first_checkpoint_starts_its_records_afresh(run_copy) -> None:
+    """Its folder holds config.json and metrics.jsonl but no checkpoint: the rerun trains from step 0
+    and metrics.jsonl holds that run's lines alone (before: the killed run's lines, then the new ones)."""
+    (run_copy / "last.safetensors").unlink()
+    before = [json.loads(ln) for ln in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    res = _train(run_copy)
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(ln) for ln in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in lines if "loss" in r]
+    assert steps == sorted(set(steps)) and len(lines) == len(before)
+
+
 def test_a_flipped_data_bit_stops_the_resume_and_rewrites_nothing(run_copy) -> None:
     ckpt = run_copy / "last.safetensors"
     data = bytearray(ckpt.read_bytes())

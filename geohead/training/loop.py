@@ -235,7 +235,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
 
             truncate_metrics(out / "metrics.jsonl", start_step)
         run.resumed_loss = float(ck.meta.get("last_loss", float("nan")))
-    elif run.is_main and overwrite:
+    elif run.is_main and (overwrite or (out / "config.json").is_file()):  # or this run, killed before its first checkpoint
         for path in [*(out / n for n in (*RUN_CHECKPOINTS, "metrics.jsonl", "metrics.csv", "probes.json", "summary.json")),
                      *out.glob("events.out.tfevents.*")]:  # the run's own TensorBoard events too
             path.unlink(missing_ok=True)
