@@ -185,7 +185,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
         from geohead.heads import PRESETS
-        from geohead.objectives import OBJECTIVES, objective_for_head
+        from geohead.objectives import OBJECTIVES, get_objective
 
         choice("objective", self.objective, tuple(OBJECTIVES))
         bad = non_finite(self, "")
@@ -203,8 +203,8 @@ class TrainConfig:
             self.head.resolve_predictor(self.objective, spec.output_dim)
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[head]: {exc}") from None
-        try:  # with the stand-in head width 8 (e.g. DINO's prototypes)
-            objective_for_head(self.objective, self.objective_args, spec.output_dim)
+        try:  # its arguments with the stand-in head width 8 (e.g. DINO's prototypes); the real width is sized at build
+            get_objective(self.objective, **OBJECTIVES[self.objective].args_for_head(self.objective_args, spec.output_dim))
         except (ValueError, TypeError) as exc:
             raise ConfigError(f"[objective_args]: {exc}") from None
         if self.data.views is not None:
