@@ -205,8 +205,9 @@ def setup(cfg: TrainConfig, rank: int, world: int, data: Any = None) -> Run:
 
 # ---------------------------------------------------------------------- resume and save
 def restore(run: Run, resume: bool, overwrite: bool) -> int:
-    """Load the folder's checkpoint when it holds this run (returns its step), or clear the folder for a
-    fresh run (``overwrite``); writes ``config.json`` and ``head.json``. Returns the first step."""
+    """Load the folder's checkpoint when it holds this run (returns its step), or clear the folder's run
+    files for a fresh run (``overwrite``, or this run's folder without a checkpoint: killed before its
+    first); writes ``config.json`` and ``head.json``. Returns the first step."""
     cfg, out, start_step = run.cfg, run.out, 0
     if run.is_main:
         out.mkdir(parents=True, exist_ok=True)
