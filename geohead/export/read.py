@@ -15,7 +15,7 @@ from geohead.export.format import (
     check_architecture, decode_metadata, integrity_checksum, nonfinite_problem, shape_mismatch, tensor_checksum,
 )
 from geohead.heads import GeometricHead, HeadSpec
-from geohead.io import SafetensorsReadError, path_in, read_safetensors, read_small
+from geohead.io import SafetensorsReadError, parse_json, path_in, read_safetensors, read_small
 
 
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
@@ -44,10 +44,8 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
     cfg_path = _inside(d, CONFIG_NAME)
     if not cfg_path.is_file():
         raise ExportError(f"{str(d)!r} has no {CONFIG_NAME}; it is not a geohead export folder")
-    try:
-        config = json.loads(read_small(cfg_path, "export config", "give the config.json geohead export wrote", ExportError))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        raise ExportError(f"{str(cfg_path)!r} is not valid JSON (corrupted?): {exc}") from None
+    raw = read_small(cfg_path, "export config", "give the config.json geohead export wrote", ExportError)
+    config = parse_json(raw, f"{str(cfg_path)!r} (corrupted?)", ExportError)
     g = config.get("geohead") if isinstance(config, dict) else None
     if not isinstance(g, dict) or g.get("format") != EXPORT_FORMAT or not isinstance(g.get("backbone"), dict):
         raise ExportError(

@@ -151,11 +151,12 @@ class _Page:
 
 
 # ---------------------------------------------------------------------- run folder
-def _run_report(run: Path, out: Path, diag: Path) -> _Page:
+def _run_report(run: Path, out: Path, diag_path: Path) -> _Page:
     page = _Page()
+    diag = _read_diagnose(run, diag_path)  # parsed once: the title and the geometry section
     title = _run_title(run, page)
     page.title = f"geohead run report: {title}"
-    trained_elsewhere = _is_diagnose(diag) and read_json(diag, "diagnose report", _AGAIN, ReportError).get("pretrained")
+    trained_elsewhere = diag is not None and diag.get("format") == "geohead.diagnose/1" and diag.get("pretrained")
     if trained_elsewhere:  # a checkpoint geohead did not train: name it, its layout and method
         title = f"{Path(str(trained_elsewhere.get('source'))).name} ({trained_elsewhere.get('layout')}, {trained_elsewhere.get('method')})"
         page.title = f"geohead report: {title}"
@@ -238,15 +239,23 @@ def _summary_section(page: _Page, run: Path) -> None:
         page.notes.append("summary.json could not be read; skipped")
 
 
-def _diagnose_section(page: _Page, run: Path, out: Path, diag_path: Path) -> None:
-    """The geometry figures and table of ``diag_path`` (diagnose.json), or a note saying how to make it."""
+def _read_diagnose(run: Path, diag_path: Path) -> dict[str, Any] | None:
+    """The JSON object of ``diag_path`` (diagnose.json), None without one; a :class:`ReportError` when
+    it is not a readable JSON object."""
     if not diag_path.is_file():
-        page.notes.append(f"no diagnose.json: run `geohead diagnose {run}` for orbit compression, the Hessian spectral "
-                          "density and the guillotine plots")
-        return
+        return None
     diag = read_json(diag_path, "diagnose report", f"run `geohead diagnose {run}` again or remove it", ReportError)
     if not isinstance(diag, dict):
         raise ReportError(f"{str(diag_path)!r} is not a JSON object; run `geohead diagnose {run}` again or remove it")
+    return diag
+
+
+def _diagnose_section(page: _Page, run: Path, out: Path, diag: dict[str, Any] | None) -> None:
+    """The geometry figures and table of diagnose.json (``diag``), or a note saying how to make it."""
+    if diag is None:
+        page.notes.append(f"no diagnose.json: run `geohead diagnose {run}` for orbit compression, the Hessian spectral "
+                          "density and the guillotine plots")
+        return
     parts = [*page.figure(plot_orbit_compression(diag, out / "orbit_compression.png")),
              *page.figure(plot_density(diag, out / "hessian_density.png"))]
     if diag.get("probes"):
