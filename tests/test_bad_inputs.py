@@ -68,6 +68,8 @@ def world(tmp_path_factory) -> Path:
     save_checkpoint(w / "no_norm.ckpt", ck.tensors, {**ck.meta, "data": {"name": "shapes"}})  # no mean / std recorded
     shutil.copytree(run, w / "run_no_optim")  # this run's folder, its checkpoint without the optimiser's state
     save_checkpoint(w / "run_no_optim" / "last.safetensors", ck.tensors, {k: v for k, v in ck.meta.items() if k != "optimizer"})
+    shutil.copytree(run, w / "run_bad_step")  # a step this run cannot reach, under a checksum that holds
+    save_checkpoint(w / "run_bad_step" / "last.safetensors", ck.tensors, {**ck.meta, "step": -10 ** 12})
     shutil.copytree(run, w / "run_sparse_metrics")
     os.truncate(w / "run_sparse_metrics" / "metrics.jsonl", 5 << 30)  # 5 GiB that take no disk
     shared: list = []
@@ -566,6 +568,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
         ("train-out-another-programs-config", ["train", RECIPE, *TRAIN_TINY, "--out", "folder_hf"], "not this run's"),
         ("train-resume-no-optimiser-state", ["train", RECIPE, *TRAIN_TINY, "--out", "run_no_optim"], "optimiser state"),
+        ("train-resume-step-outside-the-run", ["train", RECIPE, *TRAIN_TINY, "--out", "run_bad_step"], "step -1000000000000"),
         ("diagnose-ckpt-no-normalisation", ["diagnose", "no_norm.ckpt", "--json", "d.json"], "no training normalisation"),
         ("diagnose-ckpt-metadata-deep", ["diagnose", "deep_meta.ckpt", "--json", "d.json"], "nested too deeply"),
         ("report-metrics-huge", ["report", "run_sparse_metrics", "--out", "r"], "above the 4 GiB"),

@@ -33,6 +33,14 @@ MAX_IMG_SIZE = 1024
 MAX_PIXEL_BYTES = 1 << 32
 MAX_FILE_PIXELS = 1 << 24
 MAX_SEED = 1 << 62
+
+
+def fold_seed(value: int, bits: int = 64) -> int:
+    """``value`` reduced modulo 2^bits: a seed that mixes a user's seed (≤ 2^62) with steps,
+    epochs or workers stays a valid seed for torch (64 bits) or numpy and Optuna (``bits=32``).
+    A value already below 2^bits is returned unchanged, so every draw it made stays the same."""
+    return int(value) % (1 << bits)
+
 #: Standard CIFAR normalisation constants (training sets, images / 255).
 CIFAR_STATS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),

@@ -26,6 +26,7 @@ import logging
 import random
 from typing import Any
 
+from geohead.data.loaders import fold_seed
 from geohead.heads import HeadSpec
 from geohead.search.config import SearchConfig, SearchError
 from geohead.search.score import LABEL_FREE_SCORES, SCORE_CRITERIA, UNRECORDED_WEIGHTS
@@ -134,7 +135,7 @@ def load_worker_study(cfg: SearchConfig, storage: Any, worker: int) -> Any:
     import optuna
 
     existing = len(optuna.load_study(study_name=cfg.study_name, storage=storage).trials)
-    seed = cfg.seed * 1_000_003 + worker * 7_919 + existing
+    seed = fold_seed(cfg.seed * 1_000_003 + worker * 7_919 + existing, bits=32)  # Optuna's samplers take < 2^32
     return optuna.load_study(study_name=cfg.study_name, storage=storage, sampler=make_sampler(cfg, seed),
                              pruner=make_pruner(cfg))
 

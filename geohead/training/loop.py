@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead._version import __version__
+from geohead.data.loaders import fold_seed
 from geohead.training.checkpoint import (
     LAST, LEGACY_LAST, RUN_CHECKPOINTS, CheckpointError, load_checkpoint, load_optimizer, optimizer_tensors, run_checkpoint, save_checkpoint,
 )
@@ -228,6 +229,8 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
         try:
             load_optimizer(run.optimizer, ck.tensors, ck.meta["optimizer"])
             start_step = int(ck.meta["step"])
+            if not 0 <= start_step <= run.total_steps:  # a step this run cannot have reached
+                raise ValueError(f"step {start_step} is outside 0 to the run's {run.total_steps} steps")
         except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:  # a header geohead did not write
             raise CheckpointError(f"checkpoint {str(saved)!r}: its optimiser state or step cannot be read ({type(exc).__name__}: "
                                   f"{str(exc)[:80]}); start the run again with --overwrite") from None
@@ -283,7 +286,7 @@ def batch_views(run: Run, step: int, perm: Tensor) -> list[Tensor]:
     idx = perm[b * bs + run.rank * local_bs: b * bs + (run.rank + 1) * local_bs]
     # one generator per step, the same on every rank: each rank applies its slice of the
     # global batch's view parameters, so N processes see exactly one process's views
-    gen = torch.Generator(device=run.device).manual_seed(run.cfg.seed * 1_000_003 + step)
+    gen = torch.Generator(device=run.device).manual_seed(fold_seed(run.cfg.seed * 1_000_003 + step))
     views = run.view_fn(run.images[idx], gen, shard=(run.rank, run.world))
     if run.model.channels_last:
         views = [v.contiguous(memory_format=torch.channels_last) for v in views]
@@ -366,7 +369,7 @@ def _loop(run: Run, start_step: int, callback: Callable[[EpochEnd], None] | None
     for step in range(start_step, run.run_steps):
         if step // spe != perm_epoch:
             perm_epoch = step // spe
-            perm = torch.randperm(len(run.data), generator=torch.Generator().manual_seed(cfg.seed * 100_003 + perm_epoch)).to(run.device)
+            perm = torch.randperm(len(run.data), generator=torch.Generator().manual_seed(fold_seed(cfg.seed * 100_003 + perm_epoch))).to(run.device)
         views = batch_views(run, step, perm)
         if whiten_pending:
             whiten_head(run, views)
