@@ -21,6 +21,8 @@ from torch import Tensor
 
 #: Views of one kind per image (DINO's multi-crop uses 10 in all); a bound on what a recipe may ask for.
 MAX_VIEW_COUNT = 64
+#: The widest blur in output pixels (the recipes' is 2; its kernel spans 6 sigma).
+MAX_BLUR_SIGMA = 64.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,8 +78,12 @@ class ViewSpec:
                              f"size={self.size}")
         if not 0.0 <= self.hue <= 0.5:
             raise ValueError(f"ViewSpec.hue must lie in [0, 0.5] turns, got {self.hue}")
-        if min(self.brightness, self.contrast, self.saturation, self.rotation) < 0:
-            raise ValueError("ViewSpec jitter strengths and rotation must be >= 0")
+        if min(self.brightness, self.contrast, self.saturation, self.rotation) < 0 or self.rotation > 180:
+            raise ValueError(f"ViewSpec jitter strengths must be >= 0 and rotation in [0, 180] degrees, got "
+                             f"{(self.brightness, self.contrast, self.saturation)} and {self.rotation}")
+        if not 0.0 <= self.blur_sigma[0] <= self.blur_sigma[1] <= MAX_BLUR_SIGMA:  # 3 sigma is the kernel's half-width
+            raise ValueError(f"ViewSpec.blur_sigma must satisfy 0 <= min <= max <= {MAX_BLUR_SIGMA} pixels, got "
+                             f"{self.blur_sigma}")
         if self.interpolation not in ("bilinear", "bicubic"):
             raise ValueError(f"ViewSpec.interpolation must be 'bilinear' or 'bicubic', got {self.interpolation!r}")
 

@@ -8,6 +8,7 @@ from typing import Any
 from geohead.search.criteria import DEFAULT_FAMILIES
 from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES
 from geohead.search.space import DIMENSIONS, parse_constraints
+from geohead.training.config import MAX_BATCH, MAX_EPOCHS as MAX_CONFIRM_EPOCHS, MAX_STEPS
 
 SCORES = ("geometry", "theory", "knn")
 #: The first rung of successive halving when neither --min-steps nor --steps is given.
@@ -30,7 +31,9 @@ _SEARCH_KEYS = {
     "probe.enabled": "--probe-train / --probe-test: trials are probed by the search",
 }
 #: the verdict's most fresh seeds and longest schedule in epochs (each seed trains two runs)
-MAX_CONFIRM_SEEDS, MAX_CONFIRM_EPOCHS = 100, 100_000
+MAX_CONFIRM_SEEDS = 100
+#: trials a search may ask for; seconds between a worker's heartbeats (a day) and of --timeout (a year)
+MAX_TRIALS, MAX_HEARTBEAT, MAX_TIMEOUT = 100_000, 86_400, 31_536_000
 
 
 class SearchError(ValueError):
@@ -261,6 +264,13 @@ class SearchConfig:
         for key, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise SearchError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}")
+        upper = {"steps": (self.steps or 1, MAX_STEPS), "min_steps": (self.min_steps, MAX_STEPS),
+                 "max_steps": (self.max_steps, MAX_STEPS), "batch_size": (self.batch_size, MAX_BATCH),
+                 "screen_batch": (self.screen_batch, MAX_BATCH), "trials": (self.trials, MAX_TRIALS),
+                 "heartbeat": (self.heartbeat, MAX_HEARTBEAT)}
+        for key, (value, bound) in upper.items():
+            if value > bound:
+                raise SearchError(f"--{key.replace('_', '-')} must be at most {bound:,}, got {value!r}")
         if self.max_steps < self.min_steps:
             raise SearchError(f"--max-steps {self.max_steps} is below --min-steps {self.min_steps}; "
                               f"raise it (e.g. --max-steps {3 * self.min_steps}) or lower --min-steps")
@@ -286,8 +296,8 @@ class SearchConfig:
             raise SearchError(f"{flag} {value} needs --confirm-seeds 2 or more (got {self.confirm_seeds}): the trials "
                               "trained at the search's schedule and backbone, so the margin at yours takes its noise "
                               "from the fresh seeds alone")
-        if self.timeout is not None and not self.timeout > 0:
-            raise SearchError(f"--timeout must be > 0 seconds (or 0 for no limit), got {self.timeout!r}")
+        if self.timeout is not None and not 0 < self.timeout <= MAX_TIMEOUT:
+            raise SearchError(f"--timeout must be from 0 to {MAX_TIMEOUT:,} seconds (0 for no limit), got {self.timeout!r}")
         if self.screen_batch < 2:
             raise SearchError("--screen-batch must be at least 2")
         self._check_bounds()

@@ -38,6 +38,9 @@ from geohead.training.config_types import ConfigError, build, choice, lookup, no
 
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
+#: Upper bounds on what sizes a loop or an allocation (epochs and steps of a schedule, the global
+#: batch, the factor probes' bins), checked before anything is built.
+MAX_EPOCHS, MAX_STEPS, MAX_BATCH, MAX_FACTOR_BINS = 100_000, 10 ** 9, 65_536, 1_000
 PRECISIONS = ("auto", "fp32", "bf16")
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -211,6 +214,7 @@ class TrainConfig:
             choice("data.views", self.data.views, tuple(OBJECTIVES))
         self._check_views()
         self._check_numbers()
+        self._check_ranges()
         self._check_backbone_args()
         if self.track.tensorboard and importlib.util.find_spec("tensorboard") is None:
             raise ConfigError("track.tensorboard = true needs the tensorboard package: pip install tensorboard, or set it false")
@@ -269,6 +273,27 @@ class TrainConfig:
                 raise ConfigError(problem)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed must be an integer from 0 to 2^62, got {self.seed!r}; give a smaller seed")
+
+    def _check_ranges(self) -> None:
+        """Schedules, batch and factor bins within their bounds; optimiser settings that can train
+        (a negative clip would reverse the gradients, AdamW needs two betas in [0, 1))."""
+        o, bins = self.optim, self.probe.factor_bins
+        upper = {"optim.epochs": (o.epochs, MAX_EPOCHS), "optim.warmup_epochs": (o.warmup_epochs, MAX_EPOCHS),
+                 "optim.max_steps": (o.max_steps or 1, MAX_STEPS), "optim.batch_size": (o.batch_size, MAX_BATCH),
+                 "probe.factor_bins": (bins, MAX_FACTOR_BINS)}
+        for key, (value, bound) in upper.items():
+            if value > bound:
+                raise ConfigError(f"{key} must be at most {bound:,}, got {value!r}")
+        if bins < 2 or (self.probe.n_train is not None and bins > self.probe.n_train):
+            raise ConfigError(f"probe.factor_bins must be from 2 to probe.n_train ({self.probe.n_train}), got {bins!r}")
+        if not 0 <= o.momentum < 1:
+            raise ConfigError(f"optim.momentum must be in [0, 1), got {o.momentum!r}")
+        if o.grad_clip is not None and not o.grad_clip > 0:
+            raise ConfigError(f"optim.grad_clip must be > 0 (or unset for no clipping), got {o.grad_clip!r}")
+        betas = o.betas
+        if (not isinstance(betas, (list, tuple)) or len(betas) != 2
+                or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
+            raise ConfigError(f"optim.betas must be two numbers in [0, 1) (AdamW's), e.g. [0.9, 0.999], got {betas!r}")
 
     def _check_backbone_args(self) -> None:
         """backbone.args reach timm.create_model: a recipe (often someone else's file) may pass
