@@ -6,12 +6,32 @@ exits with code 2 and a one-line message naming the problem and the fix, never a
 """
 from __future__ import annotations
 
+import errno
+
 import click
 
 from geohead._version import __version__
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The group: a path the system refuses for its length (a name over 255 bytes, a path over
+    4,096) is bad input wherever a command first touches it, so it exits 2 with one line."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            from geohead.commands import InputError
+
+            name = str(exc.filename or "")
+            shown = name if len(name) <= 80 else f"{name[:40]}…{name[-20:]} ({len(name):,} characters)"
+            raise InputError(f"{shown!r}: a file name is longer than the system allows (255 bytes a name, 4,096 a "
+                             "path); give a shorter path") from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="geohead")
 def main() -> None:
     """geohead: geometric projection heads for self-supervised learning."""

@@ -490,6 +490,7 @@ def planted(prepared) -> Path:
 
 
 BIG = "1000000000"
+LONG = "a" * 300  # a file name above the system's 255 bytes
 TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
     "symlink": [
         ("train-metrics-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_metrics"], "metrics.jsonl"),
@@ -579,6 +580,12 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("search-max-steps-huge", ["search", *SEARCH_TINY, "--out", "s", "--max-steps", BIG + "0"], "--max-steps"),
         ("search-trials-huge", ["search", *SEARCH_TINY, "--out", "s", "--trials", BIG], "--trials"),
         ("search-heartbeat-huge", ["search", *SEARCH_TINY, "--out", "s", "--heartbeat", BIG + "0"], "--heartbeat"),
+        ("train-out-name-too-long", ["train", RECIPE, *TRAIN_TINY, "--out", LONG], "longer than the system allows"),
+        ("train-data-name-too-long", ["train", RECIPE, *TRAIN_TINY, "--set", f'data.name="{LONG}"'], "longer than the system"),
+        ("search-out-name-too-long", ["search", *SEARCH_TINY, "--out", LONG], "longer than the system allows"),
+        ("report-run-name-too-long", ["report", LONG], "longer than the system allows"),
+        ("export-run-name-too-long", ["export", LONG, "--out", "e"], "longer than the system allows"),
+        ("diagnose-run-name-too-long", ["diagnose", LONG], "longer than the system allows"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
