@@ -96,6 +96,11 @@ def world(tmp_path_factory) -> Path:
     (diag2 / "diagnose.json").write_text(json.dumps({"orbits": 7, "probes": "x", "hessian": [1], "collapse": None}))
     (w / "search_bad").mkdir()
     (w / "search_bad" / "trials.csv").write_text("hello\nworld\n")
+    (w / "search_long_field").mkdir()  # a field above the csv module's 128 KiB
+    (w / "search_long_field" / "trials.csv").write_text("number,x\n0," + "a" * 200_000 + "\n")
+    (w / "search_huge_trials").mkdir()
+    (w / "search_huge_trials" / "trials.csv").write_text("number,x\n")
+    os.truncate(w / "search_huge_trials" / "trials.csv", 300 << 20)  # 300 MiB that take no disk
     (w / "not_utf8_search").mkdir()
     (w / "not_utf8_search" / "trials.csv").write_bytes(b"\xff\xfe\x00number")
     return w
@@ -586,6 +591,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("report-run-name-too-long", ["report", LONG], "longer than the system allows"),
         ("export-run-name-too-long", ["export", LONG, "--out", "e"], "longer than the system allows"),
         ("diagnose-run-name-too-long", ["diagnose", LONG], "longer than the system allows"),
+        ("report-trials-field-huge", ["report", "search_long_field", "--out", "r"], "not the trials table"),
+        ("report-trials-file-huge", ["report", "search_huge_trials", "--out", "r"], "above the 256 MiB"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from geohead.io import atomic_write_text
+from geohead.io import MAX_JSON_FILE, atomic_write_text, read_small
 from geohead.search.space import DIMENSIONS
 
 TRUTH = "knn_backbone"
@@ -108,12 +108,15 @@ def write_trials_csv(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def read_trials_csv(path: Path) -> list[dict[str, Any]]:
-    """trials.csv back as dicts, numbers parsed (empty cells are None)."""
-    rows = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            rows.append({k: _parse(v) for k, v in r.items()})
-    return rows
+    """trials.csv back as dicts, numbers parsed (empty cells are None); read whole only below
+    :data:`geohead.io.MAX_JSON_FILE` bytes, and a file that is not CSV (a field above the csv
+    module's 128 KiB) is a ValueError naming it."""
+    text = read_small(path, "trials table", "rerun geohead search, which rewrites it", limit=MAX_JSON_FILE)
+    try:
+        return [{k: _parse(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(text.decode("utf-8"), newline=""))]
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"{str(path)!r} is not the trials table geohead search writes ({str(exc)[:80]}); "
+                         "rerun geohead search, which rewrites it") from None
 
 
 def _parse(v: str | None) -> Any:
