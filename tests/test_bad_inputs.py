@@ -477,6 +477,10 @@ def planted(prepared) -> Path:
     (out / "img.png").write_bytes((w / "run" / "head.json").read_bytes())
     _image_folder(w / "images_link", {})
     _link(w / "images_link" / "a", "x.png", out / "img.png")
+    _image_folder(w / "images_dir_link", {})  # a class folder that is a link out: refused before it is walked
+    (out / "class_c").mkdir()
+    shutil.copy(w / "images_dir_link" / "a" / "0.png", out / "class_c" / "0.png")
+    _link(w / "images_dir_link", "c", out / "class_c")
     _image_folder(w / "images_corrupt", {"a/bad.png": b"this is not a PNG"})
     _image_folder(w / "images_big", {"a/big.png": _png_header(5000, 5000)})
     _image_folder(w / "images_bomb", {"b/bomb.png": _png_header(30000, 30000)})
@@ -509,6 +513,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("search-study-db-link-out", ["search", *SEARCH_TINY, "--out", "search_link_study"], "study.db"),
         ("search-trial-folder-link-out", ["search", *SEARCH_TINY, "--out", "search_link_trials_run"], "0000"),
         ("search-confirm-folder-link-out", ["search", *SEARCH_TINY, "--out", "search_link_confirm_run"], "pick_s1"),
+        ("train-image-class-folder-link-out", ["train", RECIPE, *TRAIN_TINY, "--set", 'data.name="images_dir_link"'],
+         "class folder"),
         ("search-images-link-out", ["search", *SEARCH_TINY, "--out", "s", "--data", "images_link"], "x.png"),
         ("report-summary-link-out", ["report", "run_link_summary", "--out", "r"], "summary.json"),
         ("report-config-link-out", ["report", "run_link_config", "--out", "r"], "config.json"),

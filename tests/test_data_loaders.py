@@ -82,6 +82,24 @@ def test_npz_variants_and_errors(tmp_path: Path) -> None:
         load_dataset(tmp_path / "data.csv")
 
 
+def test_image_folder_listing_stops_past_the_image_bound(tmp_path: Path, monkeypatch) -> None:
+    """Listing stops at the first image past MAX_IMAGES (a folder of millions is not listed whole),
+    and nested folders are found in sorted order as before."""
+    from PIL import Image
+
+    import geohead.data.loaders as loaders
+
+    for i, rel in enumerate(["a/x/2.png", "a/1.png", "a/x/0.png", "b/0.png", "b/y/z/1.png"]):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((4, 4, 3), 10 * i, np.uint8)).save(tmp_path / rel)
+    d = load_dataset(tmp_path, img_size=4)
+    assert d.labels.tolist() == [0, 0, 0, 1, 1]
+    assert [int(v) for v in d.images[:, 0, 0, 0]] == [10, 20, 0, 30, 40]  # a/1, a/x/0, a/x/2, b/0, b/y/z/1
+    monkeypatch.setattr(loaders, "MAX_IMAGES", 4)
+    with pytest.raises(ValueError, match="more than 4 images"):
+        load_dataset(tmp_path, img_size=4)
+
+
 def test_image_folder(tmp_path: Path) -> None:
     from PIL import Image
 

@@ -327,7 +327,7 @@ def _load_folder(path: Path, img_size: int | None) -> ImageData:
     files: list[tuple[Path, int]] = []
     empty = []
     for c, d in enumerate(subdirs):
-        found = sorted(f for f in d.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+        found = _list_images(path, d, MAX_IMAGES - len(files))
         if not found:
             empty.append(d.name)
         files.extend((f, c) for f in found)
@@ -356,6 +356,23 @@ def _load_folder(path: Path, img_size: int | None) -> ImageData:
         class_names=[d.name for d in subdirs],
         name=str(path),
     )
+
+
+def _list_images(folder: Path, d: Path, room: int) -> list[Path]:
+    """The image files under class folder ``d`` of ``folder``, sorted; folder links are not
+    followed (``d`` itself a link out of ``folder`` is refused before it is walked), and listing
+    stops with a ValueError past ``room`` images (what the :data:`MAX_IMAGES` bound leaves)."""
+    real = d.resolve()
+    if real != folder.resolve() and folder.resolve() not in real.parents:
+        raise ValueError(f"class folder {str(d)!r} is a symbolic link to {str(real)!r}, outside the image folder "
+                         f"{str(folder)!r}; copy the images into it instead")
+    found: list[Path] = []
+    for root, dirs, names in os.walk(d):  # does not follow links to folders
+        found.extend(f for f in (Path(root) / n for n in names) if f.suffix.lower() in IMAGE_EXTENSIONS and f.is_file())
+        if len(found) > room:
+            raise ValueError(f"image folder {str(folder)!r} holds more than {MAX_IMAGES:,} images, the most geohead "
+                             "reads; use a subset of it (another folder) or an .npz")
+    return sorted(found)
 
 
 def _read_image(folder: Path, f: Path, img_size: int | None) -> np.ndarray:
