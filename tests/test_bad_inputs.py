@@ -94,6 +94,13 @@ def world(tmp_path_factory) -> Path:
     diag2 = w / "run_bad_diag2"
     shutil.copytree(run, diag2)
     (diag2 / "diagnose.json").write_text(json.dumps({"orbits": 7, "probes": "x", "hessian": [1], "collapse": None}))
+    shutil.copytree(run, w / "run_density_huge")  # more Lanczos nodes than diagnose writes: a P x m x grid kernel
+    (w / "run_density_huge" / "diagnose.json").write_text(json.dumps(
+        {"density": {"nodes": [[0.0] * 1001], "weights": [[0.0] * 1001], "dim": 4, "n_matvec": 0}}))
+    shutil.copytree(run, w / "run_probes_many")  # a panel width per target
+    (w / "run_probes_many" / "probes.json").write_text(json.dumps(
+        {"probes": ["knn"], "targets": {f"t{i}": {"backbone": {"knn": 0.5}, "head": {"knn": 0.5}, "chance": 0.1}
+                                        for i in range(300)}}))
     (w / "search_bad").mkdir()
     (w / "search_bad" / "trials.csv").write_text("hello\nworld\n")
     (w / "search_long_field").mkdir()  # a field above the csv module's 128 KiB
@@ -599,6 +606,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-run-name-too-long", ["diagnose", LONG], "longer than the system allows"),
         ("report-trials-field-huge", ["report", "search_long_field", "--out", "r"], "not the trials table"),
         ("report-trials-file-huge", ["report", "search_huge_trials", "--out", "r"], "above the 256 MiB"),
+        ("report-density-nodes-huge", ["report", "run_density_huge", "--out", "r"], "more than 1,000"),
+        ("report-probe-targets-many", ["report", "run_probes_many", "--out", "r"], "300 targets"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),

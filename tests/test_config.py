@@ -51,8 +51,8 @@ def test_hessian_sizes_are_bounded_at_the_bounds_themselves() -> None:
 
     cfg = config_from_dict({"track": {"hessian_iters": 1000, "hessian_samples": 1024}})
     assert (cfg.track.hessian_iters, cfg.track.hessian_samples) == (1000, 1024)
-    DiagnoseSettings(hessian_samples=1024, collapse_batch=1024, density_steps=1000).validate()
-    for key, value in (("hessian_samples", 1025), ("collapse_batch", 1025), ("density_steps", 1001)):
+    DiagnoseSettings(hessian_samples=1024, collapse_batch=1024, density_steps=1000, density_probes=1000).validate()
+    for key, value in (("hessian_samples", 1025), ("collapse_batch", 1025), ("density_steps", 1001), ("density_probes", 1001)):
         with pytest.raises(ValueError, match=f"{key}={value} is above the bound of {value - 1:,}; give at most {value - 1:,}"):
             DiagnoseSettings(**{key: value}).validate()
 

@@ -158,6 +158,23 @@ def test_slq_trace_of_powers_within_hutchinson_error() -> None:
     assert dens.fraction_below(0.0) == pytest.approx(0.5, abs=0.15)
 
 
+def test_smoothed_density_is_the_formula_at_every_grid_point() -> None:
+    """(1/P) Σ_p Σ_j w_pj N(x; θ_pj, σ²), NaN-padded nodes (weight 0) included, against a direct sum."""
+    from geohead.geometry.density import SpectralDensity
+
+    g = _gen(3)
+    nodes = torch.randn(3, 4, generator=g, dtype=F64)
+    weights = torch.rand(3, 4, generator=g, dtype=F64)
+    nodes[2, 3], weights[2, 3] = float("nan"), 0.0
+    weights = weights / weights.sum(1, keepdim=True)
+    grid, sigma = torch.linspace(-3, 3, 7, dtype=F64), 0.4
+    want = [sum(float(weights[p, j]) * math.exp(-0.5 * ((float(x) - float(nodes[p, j])) / sigma) ** 2)
+                / (sigma * math.sqrt(2 * math.pi)) for p in range(3) for j in range(4) if weights[p, j] > 0) / 3
+            for x in grid]
+    got = SpectralDensity(nodes, weights, 10, 0).density(grid, sigma)
+    assert torch.allclose(got, torch.tensor(want, dtype=F64), rtol=1e-12, atol=0)
+
+
 def test_slq_small_operator_breakdown() -> None:
     """Fewer distinct eigenvalues than steps: the Krylov space is exhausted early, the rule is
     exact for every power, weights sum to one and nodes are eigenvalues."""

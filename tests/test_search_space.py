@@ -252,6 +252,8 @@ def test_criteria_plot_has_one_panel_per_scored_criterion() -> None:
     assert all(len(ax.get_xticks()) <= 6 for ax in axes)
     assert scored_terms({"score": "geometry"}) == {"rankme": 1.0}
     assert len([ax for ax in _plot_criteria(done, scored_terms({"score": "geometry"})).axes if ax.get_visible()]) == 1
+    junk = {f"x{i}": 1.0 for i in range(300)}  # a foreign search.json: names that are no criterion draw no panel
+    assert scored_terms({"score_weights": {**junk, "rankme": 2.0}}) == {"rankme": 2.0}
 
 
 def test_pareto_front_of_known_points() -> None:

@@ -110,7 +110,7 @@ class DiagnoseSettings:
             if getattr(self, key) < 2:
                 raise ValueError(f"{key} must be >= 2 (a batch objective needs two samples), got {getattr(self, key)}")
         problem = hessian_size_problem({"hessian_samples": self.hessian_samples, "collapse_batch": self.collapse_batch},
-                                       {"density_steps": self.density_steps})
+                                       {"density_steps": self.density_steps, "density_probes": self.density_probes})
         if problem:
             raise ValueError(problem)
         return self

@@ -58,10 +58,15 @@ class SpectralDensity:
         return float(self._f(lambda t: (t < x).to(t.dtype)).mean())
 
     def density(self, grid: Tensor, sigma: float) -> Tensor:
-        """Gaussian-smoothed density on ``grid`` (G,): (1/P) Σ_p Σ_j w_pj N(grid; θ_pj, σ²)."""
-        nodes = torch.nan_to_num(self.nodes)[..., None]
-        kern = torch.exp(-0.5 * ((grid.to(nodes.dtype) - nodes) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
-        return (self.weights[..., None] * kern).sum(1).mean(0)
+        """Gaussian-smoothed density on ``grid`` (G,): (1/P) Σ_p Σ_j w_pj N(grid; θ_pj, σ²), one
+        probe at a time (memory m·G, not P·m·G)."""
+        nodes = torch.nan_to_num(self.nodes)
+        g = grid.to(nodes.dtype)
+        total = torch.zeros_like(g)
+        for theta, w in zip(nodes, self.weights):
+            kern = torch.exp(-0.5 * ((g - theta[:, None]) / sigma) ** 2) / (sigma * math.sqrt(2 * math.pi))
+            total += (w[:, None] * kern).sum(0)
+        return total / nodes.shape[0]
 
     def to_dict(self) -> dict[str, Any]:
         return {"nodes": self.nodes.tolist(), "weights": self.weights.tolist(), "dim": self.dim, "n_matvec": self.n_matvec}

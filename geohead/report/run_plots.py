@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from geohead.io import MAX_SMALL_FILE, read_json_lines
 from geohead.plotting import agg_figure
 
+#: The most probe targets a guillotine figure draws (a run's are the class and a few nuisance factors).
+MAX_TARGETS = 256
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -175,10 +178,14 @@ def plot_density(diag: dict, path: Path, grid_points: int = 600) -> Path | None:
     import torch
 
     from geohead.geometry.density import SpectralDensity
+    from geohead.geometry.summary import MAX_LANCZOS_STEPS
 
     d = diag.get("density")
     if not d:
         return None
+    if len(d["nodes"]) > MAX_LANCZOS_STEPS or any(len(row) > MAX_LANCZOS_STEPS for row in d["nodes"]):
+        raise ValueError(f"its density has more than {MAX_LANCZOS_STEPS:,} probes or nodes a probe, more than "
+                         "geohead diagnose writes")
     nodes = torch.tensor([[_num(x) for x in row] for row in d["nodes"]], dtype=torch.float64)
     weights = torch.tensor(d["weights"], dtype=torch.float64)
     sd = SpectralDensity(nodes, weights, int(d["dim"]), int(d.get("n_matvec", 0)))
@@ -222,7 +229,11 @@ def plot_guillotine(probes: dict, path: Path,
     if not targets:
         return None
     names = list(targets)
-    kinds = [p for p in (probes.get("probes") or ["knn"]) if all(p in targets[t]["backbone"] for t in names)]
+    from geohead.probes.guillotine import PROBES
+
+    if len(names) > MAX_TARGETS:
+        raise ValueError(f"its probes name {len(names):,} targets, more than the {MAX_TARGETS} a report draws")
+    kinds = [p for p in (probes.get("probes") or ["knn"]) if p in PROBES and all(p in targets[t]["backbone"] for t in names)]
     fig, axes = _figure(len(kinds), width=max(6.4, 0.6 * len(names) + 2), height=4.2)
     w = 0.38
     for ax, probe in zip(axes, kinds):

@@ -77,7 +77,8 @@ def _read_meta(out_dir: Path) -> dict[str, Any]:
 
 
 def scored_terms(meta: Mapping[str, Any]) -> dict[str, float]:
-    """The criteria the search's score weighs and their weights (zero weights left out): search.json's
+    """The criteria the search's score weighs and their weights (zero weights and names that are no
+    criterion left out, so a foreign file sizes no figure): search.json's
     ``score_weights``, else the weights of its ``score`` (``multi``: the five objectives), else the
     default score's (a ``knn`` search records the default label-free score)."""
     weights = meta.get("score_weights")
@@ -87,7 +88,7 @@ def scored_terms(meta: Mapping[str, Any]) -> dict[str, float]:
             weights = {c: 1.0 for c in SCORE_CRITERIA}
         else:
             weights = LABEL_FREE_SCORES.get(score if isinstance(score, str) else "", LABEL_FREE_SCORES[DEFAULT_SCORE])
-    return {k: float(w) for k, w in weights.items() if num(w) is not None and float(w) > 0}
+    return {k: float(w) for k, w in weights.items() if k in CRITERION_NAMES and num(w) is not None and float(w) > 0}
 
 
 def term_value(row: Mapping[str, Any], key: str) -> float | None:
