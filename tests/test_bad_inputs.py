@@ -641,6 +641,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("export-std-nan", ["export", "run", "--out", "e", "--std", "nan,nan,nan"], "nan"),
         ("export-mean-inf", ["export", "run", "--out", "e", "--mean", "inf,0,0"], "inf"),
         ("diagnose-no-families", ["diagnose", "run", "--json", "d.json", "--families", ","], "no orbit families"),
+        ("diagnose-families-repeated", ["diagnose", "run", "--json", "d.json", "--families", "rotate,hue,rotate"],
+         "named more than once"),
         ("diagnose-std-zero", ["diagnose", "weights.safetensors", "--architecture", "resnet18_w16", "--std", "0,0,0",
                                "--json", "d.json"], "--std"),
     ],

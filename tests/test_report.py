@@ -11,6 +11,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -138,6 +139,28 @@ def test_search_folder_embeds_the_search_plots(tmp_path, monkeypatch, relative) 
                                                                               "extra.png")]
     assert "no plots" not in html_text
     assert "geohead search report: barlow" in html_text and "geohead.HeadSpec" in html_text
+
+
+def test_a_search_page_embeds_at_most_its_bound_of_pngs(tmp_path, monkeypatch) -> None:
+    """A folder of many PNGs (and a search.json naming one thousands of times) embeds the first
+    MAX_PNGS, sorted, each once, and says the rest were left out."""
+    from PIL import Image
+
+    from geohead.report.page import MAX_PNGS
+
+    folder = tmp_path / "search"
+    folder.mkdir()
+    (folder / "trials.csv").write_text("number,value\n0,0.5\n")
+    for i in range(MAX_PNGS + 6):
+        Image.fromarray(np.full((2, 2, 3), i, np.uint8)).save(folder / f"p{i:03d}.png")
+    (folder / "search.json").write_text(json.dumps({"objective": "barlow", "plots": ["p005.png"] * 5000}))
+    monkeypatch.setitem(sys.modules, "geohead.search", types.SimpleNamespace(write_search_plots=lambda f, dest: []))
+    res = CliRunner().invoke(main, ["report", str(folder), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    html_text = (tmp_path / "r" / "report.html").read_text()
+    names = ["p005.png"] + [f"p{i:03d}.png" for i in range(MAX_PNGS + 6) if i != 5][:MAX_PNGS - 1]
+    assert embedded(html_text) == [(folder / n).read_bytes() for n in names]
+    assert f"more PNGs than the {MAX_PNGS}" in html_text
 
 
 def test_report_plots_a_folder_of_monitor_jsonl_only(tmp_path) -> None:

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -96,6 +97,9 @@ class DiagnoseSettings:
         bad = [f for f in self.families if f not in ORBIT_FAMILIES]
         if bad:
             raise ValueError(f"unknown orbit families {bad}; choose from {list(ORBIT_FAMILIES)}")
+        twice = sorted(f for f, n in Counter(self.families).items() if n > 1)
+        if twice:
+            raise ValueError(f"orbit families {twice} are named more than once; name each once (each is measured once)")
         if not self.families:
             raise ValueError(f"no orbit families given; name at least one of {list(ORBIT_FAMILIES)} (e.g. --families rotate,hue)")
         _check_bounds(self)

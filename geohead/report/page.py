@@ -39,6 +39,8 @@ from geohead.report.run_plots import (
 
 #: The most bytes of a PNG the report embeds (base64 makes it a third larger in report.html).
 MAX_PLOT_FILE = 32 << 20
+#: The most PNGs a search page embeds (a search draws three; report.html holds at most MAX_PNGS × MAX_PLOT_FILE).
+MAX_PNGS = 64
 #: how to mend a diagnose report geohead cannot read
 _AGAIN = "run `geohead diagnose` again or remove it"
 
@@ -291,7 +293,7 @@ def _search_report(folder: Path, out: Path) -> _Page:
     made = [Path(p) for p in write_search_plots(folder, dest=out)]
     meta = _search_meta(folder, page)
     named = []
-    for p in _pngs_named(meta):
+    for p in list(dict.fromkeys(_pngs_named(meta)))[:MAX_PNGS]:  # each name once, at most what a page embeds
         q = Path(p) if Path(p).is_absolute() else folder / p
         if not q.resolve().is_relative_to(folder.resolve()):
             page.notes.append(f"search.json names {p}, outside the search folder; not embedded")
@@ -301,8 +303,13 @@ def _search_report(folder: Path, out: Path) -> _Page:
             page.notes.append(f"search.json names {p}, which does not exist")
     # the plots drawn now, those search.json names, then every other PNG the folder holds; the
     # folder's own copies of the drawn plots (_READS) are older versions of them
+    seen: set[Path] = set()
     for p in made + [q for q in named + sorted(folder.glob("*.png")) if q.name not in _READS]:
-        if p.is_file() and p.resolve() not in {q.resolve() for q in page.pngs}:
+        if p.is_file() and p.resolve() not in seen:
+            if len(page.pngs) == MAX_PNGS:
+                page.notes.append(f"the folder holds more PNGs than the {MAX_PNGS} a report embeds; the rest are left out")
+                break
+            seen.add(p.resolve())
             page.pngs.append(p)
     page.blocks.append(("Search", "\n".join(_img(p) for p in page.pngs) or "<p>no plots</p>"))
     if (folder / "best_head.json").is_file():
