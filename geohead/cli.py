@@ -25,10 +25,10 @@ class _Main(click.Group):
                 raise
             from geohead.commands import InputError
 
-            name = str(exc.filename or "")
+            name = max((str(f) for f in (exc.filename, exc.filename2) if f is not None), key=len, default="")
             shown = name if len(name) <= 80 else f"{name[:40]}…{name[-20:]} ({len(name):,} characters)"
-            raise InputError(f"{shown!r}: a file name is longer than the system allows (255 bytes a name, 4,096 a "
-                             "path); give a shorter path") from None
+            raise InputError(f"{shown + ': ' if shown else ''}a file name is longer than the system allows (on Linux "
+                             "255 bytes a name, 4,096 a path); give a shorter path") from None
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})

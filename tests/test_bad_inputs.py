@@ -97,6 +97,9 @@ def world(tmp_path_factory) -> Path:
     shutil.copytree(run, w / "run_density_huge")  # more Lanczos nodes than diagnose writes: a P x m x grid kernel
     (w / "run_density_huge" / "diagnose.json").write_text(json.dumps(
         {"density": {"nodes": [[0.0] * 1001], "weights": [[0.0] * 1001], "dim": 4, "n_matvec": 0}}))
+    shutil.copytree(run, w / "run_density_weights")  # weights that do not match the nodes: broadcast to any size
+    (w / "run_density_weights" / "diagnose.json").write_text(json.dumps(
+        {"density": {"nodes": [[0.0]], "weights": [[0.0] * 100_000], "dim": 4, "n_matvec": 0}}))
     shutil.copytree(run, w / "run_probes_many")  # a panel width per target
     (w / "run_probes_many" / "probes.json").write_text(json.dumps(
         {"probes": ["knn"], "targets": {f"t{i}": {"backbone": {"knn": 0.5}, "head": {"knn": 0.5}, "chance": 0.1}
@@ -585,17 +588,20 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("train-warmup-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.warmup_epochs=1e308"], "optim.warmup_epochs"),
         ("train-max-steps-huge", ["train", RECIPE, *TRAIN_TINY, "--set", f"optim.max_steps={BIG}0"], "optim.max_steps"),
         ("train-batch-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.batch_size=1000000"], "optim.batch_size"),
-        ("train-factor-bins-one", ["train", RECIPE, *TRAIN_TINY, "--set", "probe.factor_bins=1"], "probe.factor_bins"),
-        ("train-factor-bins-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "probe.factor_bins=1000000"], "probe.factor_bins"),
+        ("train-factor-bins-one", ["train", RECIPE, *TRAIN_TINY, "--set", "probe.enabled=true", "--set", "probe.factor_bins=1"], "probe.factor_bins"),
+        ("train-factor-bins-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "probe.enabled=true", "--set", "probe.factor_bins=1000000"], "probe.factor_bins"),
         ("train-grad-clip-negative", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.grad_clip=-1.0"], "optim.grad_clip"),
         ("train-momentum-above-one", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.momentum=1.5"], "optim.momentum"),
         ("train-betas-strings", ["train", RECIPE, *TRAIN_TINY, "--set", 'optim.betas=["a", "b"]'], "optim.betas"),
         ("train-betas-one", ["train", RECIPE, *TRAIN_TINY, "--set", "optim.betas=[0.9]"], "optim.betas"),
         ("train-blur-sigma-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={blur_p=1.0, blur_sigma=[0.1, 1e308]}"], "blur_sigma"),
         ("train-blur-sigma-reversed", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={blur_sigma=[2.0, 1.0]}"], "blur_sigma"),
+        ("train-blur-sigma-one-number", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={blur_sigma=[2.0]}"], "blur_sigma"),
+        ("train-crop-ratio-one-number", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={crop_ratio=[0.5]}"], "crop_ratio"),
         ("train-rotation-huge", ["train", RECIPE, *TRAIN_TINY, "--set", "data.view_args={rotation=1e308}"], "rotation"),
         ("search-steps-huge", ["search", *SEARCH_TINY, "--out", "s", "--steps", "1" + "0" * 400], "--steps"),
         ("search-max-steps-huge", ["search", *SEARCH_TINY, "--out", "s", "--max-steps", BIG + "0"], "--max-steps"),
+        ("search-steps-too-many-epochs", ["search", *SEARCH_TINY, "--out", "s", "--steps", "500000"], "epochs, above the bound"),
         ("search-trials-huge", ["search", *SEARCH_TINY, "--out", "s", "--trials", BIG], "--trials"),
         ("search-heartbeat-huge", ["search", *SEARCH_TINY, "--out", "s", "--heartbeat", BIG + "0"], "--heartbeat"),
         ("train-out-name-too-long", ["train", RECIPE, *TRAIN_TINY, "--out", LONG], "longer than the system allows"),
@@ -607,6 +613,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("report-trials-field-huge", ["report", "search_long_field", "--out", "r"], "not the trials table"),
         ("report-trials-file-huge", ["report", "search_huge_trials", "--out", "r"], "above the 256 MiB"),
         ("report-density-nodes-huge", ["report", "run_density_huge", "--out", "r"], "more than 1,000"),
+        ("report-density-weights-mismatch", ["report", "run_density_weights", "--out", "r"], "do not match its nodes"),
         ("report-probe-targets-many", ["report", "run_probes_many", "--out", "r"], "300 targets"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),

@@ -57,6 +57,15 @@ def test_hessian_sizes_are_bounded_at_the_bounds_themselves() -> None:
             DiagnoseSettings(**{key: value}).validate()
 
 
+def test_settings_that_worked_before_the_bounds_still_validate() -> None:
+    """0 turns clipping off; factor bins are only checked where the factor probes run."""
+    assert config_from_dict({"optim": {"grad_clip": 0.0}}).optim.grad_clip == 0.0
+    assert config_from_dict({"probe": {"enabled": False, "factor_bins": 1}}).probe.factor_bins == 1
+    assert config_from_dict({"probe": {"factors": False, "factor_bins": 10 ** 6}}).probe.factor_bins == 10 ** 6
+    with pytest.raises(ConfigError, match=r"probe.factor_bins must be from 2 to 100 \(probe.n_train\), got 101"):
+        config_from_dict({"probe": {"n_train": 100, "factor_bins": 101}})
+
+
 def test_override_parsing() -> None:
     assert parse_override("optim.lr=1e-3") == (["optim", "lr"], 1e-3)
     assert parse_override("probe.enabled=false") == (["probe", "enabled"], False)

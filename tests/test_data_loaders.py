@@ -89,14 +89,28 @@ def test_image_folder_listing_stops_past_the_image_bound(tmp_path: Path, monkeyp
 
     import geohead.data.loaders as loaders
 
-    for i, rel in enumerate(["a/x/2.png", "a/1.png", "a/x/0.png", "b/0.png", "b/y/z/1.png"]):
+    for i, rel in enumerate(["a/x/2.png", "a/1.png", "a/x/0.png", "b/0.png", "b/y/z/1.png", "a/x-y.png"]):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(np.full((4, 4, 3), 10 * i, np.uint8)).save(tmp_path / rel)
     d = load_dataset(tmp_path, img_size=4)
-    assert d.labels.tolist() == [0, 0, 0, 1, 1]
-    assert [int(v) for v in d.images[:, 0, 0, 0]] == [10, 20, 0, 30, 40]  # a/1, a/x/0, a/x/2, b/0, b/y/z/1
-    monkeypatch.setattr(loaders, "MAX_IMAGES", 4)
-    with pytest.raises(ValueError, match="more than 4 images"):
+    assert d.labels.tolist() == [0, 0, 0, 0, 1, 1]
+    # path order (a/x/... before a/x-y.png, which a string sort would put first), as rglob's sorted list was
+    assert [int(v) for v in d.images[:, 0, 0, 0]] == [10, 20, 0, 50, 30, 40]  # a/1, a/x/0, a/x/2, a/x-y, b/0, b/y/z/1
+    monkeypatch.setattr(loaders, "MAX_IMAGES", 5)
+    with pytest.raises(ValueError, match="more than 5 images"):
+        load_dataset(tmp_path, img_size=4)
+
+
+def test_a_class_folder_linking_to_its_image_folder_is_refused(tmp_path: Path) -> None:
+    """``c -> .`` would list every image again under another label."""
+    import os
+
+    from PIL import Image
+
+    (tmp_path / "a").mkdir()
+    Image.fromarray(np.zeros((4, 4, 3), np.uint8)).save(tmp_path / "a" / "0.png")
+    os.symlink(tmp_path, tmp_path / "c")
+    with pytest.raises(ValueError, match="class folder .* not a folder inside the image folder"):
         load_dataset(tmp_path, img_size=4)
 
 

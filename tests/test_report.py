@@ -163,6 +163,21 @@ def test_a_search_page_embeds_at_most_its_bound_of_pngs(tmp_path, monkeypatch) -
     assert f"more PNGs than the {MAX_PNGS}" in html_text
 
 
+def test_guillotine_figure_has_a_panel_per_known_probe_once(tmp_path) -> None:
+    """probes.json's probe names, repeated or unknown, size no figure: one panel per known probe."""
+    from PIL import Image
+
+    from geohead.report.run_plots import plot_guillotine
+
+    targets = {t: {"backbone": {"knn": 0.5, "linear": 0.6}, "head": {"knn": 0.4, "linear": 0.5}, "chance": 0.1}
+               for t in ("class", "hue")}
+    one = plot_guillotine({"probes": ["knn"], "targets": targets}, tmp_path / "one.png")
+    many = plot_guillotine({"probes": ["knn"] * 1000 + ["bogus"] * 1000, "targets": targets}, tmp_path / "many.png")
+    two = plot_guillotine({"probes": ["knn", "linear", "knn"], "targets": targets}, tmp_path / "two.png")
+    widths = [Image.open(p).size[0] for p in (one, many, two)]
+    assert widths[0] == widths[1] and widths[2] == 2 * widths[0]
+
+
 def test_report_plots_a_folder_of_monitor_jsonl_only(tmp_path) -> None:
     """geohead report on what GeometryMonitor writes in someone else's loop: the JSONL alone."""
     import torch

@@ -359,19 +359,27 @@ def _load_folder(path: Path, img_size: int | None) -> ImageData:
 
 
 def _list_images(folder: Path, d: Path, room: int) -> list[Path]:
-    """The image files under class folder ``d`` of ``folder``, sorted; folder links are not
-    followed (``d`` itself a link out of ``folder`` is refused before it is walked), and listing
-    stops with a ValueError past ``room`` images (what the :data:`MAX_IMAGES` bound leaves)."""
-    real = d.resolve()
-    if real != folder.resolve() and folder.resolve() not in real.parents:
-        raise ValueError(f"class folder {str(d)!r} is a symbolic link to {str(real)!r}, outside the image folder "
-                         f"{str(folder)!r}; copy the images into it instead")
+    """The image files under class folder ``d`` of ``folder``, sorted; ``d`` linking out of
+    ``folder`` (or to it) is refused before it is walked, folder links below it are not followed,
+    and listing stops with a ValueError past ``room`` images (what :data:`MAX_IMAGES` leaves) or
+    past ten entries an image of the bound, one entry at a time."""
+    real, top = d.resolve(), folder.resolve()
+    if top not in real.parents:
+        raise ValueError(f"class folder {str(d)!r} is a symbolic link to {str(real)!r}, not a folder inside the image "
+                         f"folder {str(folder)!r}; copy the images into it instead")
     found: list[Path] = []
-    for root, dirs, names in os.walk(d):  # does not follow links to folders
-        found.extend(f for f in (Path(root) / n for n in names) if f.suffix.lower() in IMAGE_EXTENSIONS and f.is_file())
-        if len(found) > room:
-            raise ValueError(f"image folder {str(folder)!r} holds more than {MAX_IMAGES:,} images, the most geohead "
-                             "reads; use a subset of it (another folder) or an .npz")
+    seen, stack = 0, [str(d)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for e in entries:
+                seen += 1
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif os.path.splitext(e.name)[1].lower() in IMAGE_EXTENSIONS and e.is_file():
+                    found.append(Path(e.path))
+                if len(found) > room or seen > 10 * MAX_IMAGES:
+                    raise ValueError(f"image folder {str(folder)!r} holds more than {MAX_IMAGES:,} images (or "
+                                     f"{10 * MAX_IMAGES:,} files), the most geohead reads; use a subset of it or an .npz")
     return sorted(found)
 
 

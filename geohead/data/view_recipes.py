@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -68,10 +69,11 @@ class ViewSpec:
             p = getattr(self, name)
             if not 0.0 <= p <= 1.0:
                 raise ValueError(f"ViewSpec.{name} is a probability in [0, 1], got {p}")
-        lo, hi = self.crop_scale
+        lo, hi = _pair("crop_scale", self.crop_scale)
         if not 0.0 < lo <= hi <= 1.0:
             raise ValueError(f"ViewSpec.crop_scale must satisfy 0 < min <= max <= 1, got {self.crop_scale}")
-        if not 0.0 < self.crop_ratio[0] <= self.crop_ratio[1]:
+        lo, hi = _pair("crop_ratio", self.crop_ratio)
+        if not 0.0 < lo <= hi:
             raise ValueError(f"ViewSpec.crop_ratio must satisfy 0 < min <= max, got {self.crop_ratio}")
         if not 1 <= self.count <= MAX_VIEW_COUNT or self.size <= 0:
             raise ValueError(f"ViewSpec needs 1 <= count <= {MAX_VIEW_COUNT} and size > 0, got count={self.count}, "
@@ -81,11 +83,20 @@ class ViewSpec:
         if min(self.brightness, self.contrast, self.saturation, self.rotation) < 0 or self.rotation > 180:
             raise ValueError(f"ViewSpec jitter strengths must be >= 0 and rotation in [0, 180] degrees, got "
                              f"{(self.brightness, self.contrast, self.saturation)} and {self.rotation}")
-        if not 0.0 <= self.blur_sigma[0] <= self.blur_sigma[1] <= MAX_BLUR_SIGMA:  # 3 sigma is the kernel's half-width
+        lo, hi = _pair("blur_sigma", self.blur_sigma)
+        if not 0.0 <= lo <= hi <= MAX_BLUR_SIGMA:  # 3 sigma is the kernel's half-width
             raise ValueError(f"ViewSpec.blur_sigma must satisfy 0 <= min <= max <= {MAX_BLUR_SIGMA} pixels, got "
                              f"{self.blur_sigma}")
         if self.interpolation not in ("bilinear", "bicubic"):
             raise ValueError(f"ViewSpec.interpolation must be 'bilinear' or 'bicubic', got {self.interpolation!r}")
+
+
+def _pair(name: str, value: Any) -> tuple[float, float]:
+    """``value`` as (min, max): two real numbers, else a ValueError naming ``ViewSpec.<name>``."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)):
+        raise ValueError(f"ViewSpec.{name} must be two numbers (min, max), got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -137,7 +137,8 @@ def _config(meta: dict[str, Any], s: DiagnoseSettings):
 
     d = json.loads(json.dumps(meta.get("config") or {}))
     d.setdefault("head", {})["file"] = None  # the head comes from the checkpoint's head_spec
-    d.pop("track", None)  # training's logging, not measured here (and bounded tighter than older runs were)
+    for key in ("track", "optim"):  # training's logging and optimiser: not used here (and bounded tighter than older runs were)
+        d.pop(key, None)
     data = d.setdefault("data", {})
     if s.data is not None:
         data.update(name=s.data, test=s.data_test, root=s.data_root)
@@ -146,6 +147,10 @@ def _config(meta: dict[str, Any], s: DiagnoseSettings):
     if s.data_root is not None:
         data["root"] = s.data_root
     d["probe"] = {**d.get("probe", {}), "enabled": True, "n_train": s.n_train, "n_test": s.n_test, "linear": s.linear}
+    bins = d["probe"].get("factor_bins", 4)
+    if d["probe"].get("factors", True) and isinstance(bins, int) and 2 <= bins and s.n_train < bins:
+        raise ValueError(f"--n-train {s.n_train} is below the run's probe.factor_bins ({bins}): its factor probes bin that "
+                         f"many images; give --n-train {bins} or more")
     try:
         return config_from_dict(d)
     except ConfigError as exc:

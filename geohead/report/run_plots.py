@@ -188,6 +188,8 @@ def plot_density(diag: dict, path: Path, grid_points: int = 600) -> Path | None:
                          "geohead diagnose writes")
     nodes = torch.tensor([[_num(x) for x in row] for row in d["nodes"]], dtype=torch.float64)
     weights = torch.tensor(d["weights"], dtype=torch.float64)
+    if weights.shape != nodes.shape:
+        raise ValueError(f"its density's weights {tuple(weights.shape)} do not match its nodes {tuple(nodes.shape)}")
     sd = SpectralDensity(nodes, weights, int(d["dim"]), int(d.get("n_matvec", 0)))
     finite = nodes[torch.isfinite(nodes)]
     if finite.numel() == 0:
@@ -233,7 +235,8 @@ def plot_guillotine(probes: dict, path: Path,
 
     if len(names) > MAX_TARGETS:
         raise ValueError(f"its probes name {len(names):,} targets, more than the {MAX_TARGETS} a report draws")
-    kinds = [p for p in (probes.get("probes") or ["knn"]) if p in PROBES and all(p in targets[t]["backbone"] for t in names)]
+    kinds = [p for p in dict.fromkeys(probes.get("probes") or ["knn"])  # each known probe once
+             if p in PROBES and all(p in targets[t]["backbone"] for t in names)]
     fig, axes = _figure(len(kinds), width=max(6.4, 0.6 * len(names) + 2), height=4.2)
     w = 0.38
     for ax, probe in zip(axes, kinds):

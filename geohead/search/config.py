@@ -8,7 +8,7 @@ from typing import Any
 from geohead.search.criteria import DEFAULT_FAMILIES
 from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES
 from geohead.search.space import DIMENSIONS, parse_constraints
-from geohead.training.config import MAX_BATCH, MAX_EPOCHS as MAX_CONFIRM_EPOCHS, MAX_STEPS
+from geohead.training.config import MAX_BATCH, MAX_EPOCHS, MAX_STEPS
 
 SCORES = ("geometry", "theory", "knn")
 #: The first rung of successive halving when neither --min-steps nor --steps is given.
@@ -283,8 +283,8 @@ class SearchConfig:
             raise SearchError(f"--confirm-seeds must be an integer from 0 to {MAX_CONFIRM_SEEDS}, got {seeds!r}")
         epochs = self.confirm_epochs
         if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
-                                   or not 1 <= epochs <= MAX_CONFIRM_EPOCHS):
-            raise SearchError(f"--confirm-epochs must be an integer from 1 to {MAX_CONFIRM_EPOCHS:,}, got {epochs!r}")
+                                   or not 1 <= epochs <= MAX_EPOCHS):
+            raise SearchError(f"--confirm-epochs must be an integer from 1 to {MAX_EPOCHS:,}, got {epochs!r}")
         for flag, name in (("--backbone", self.backbone), ("--confirm-backbone", self.confirm_backbone)):
             if name is not None and not (isinstance(name, str) and 0 < len(name) <= MAX_NAME):
                 shown = f"{len(name):,} characters" if isinstance(name, str) and name else repr(name)
@@ -297,7 +297,8 @@ class SearchConfig:
                               "trained at the search's schedule and backbone, so the margin at yours takes its noise "
                               "from the fresh seeds alone")
         if self.timeout is not None and not 0 < self.timeout <= MAX_TIMEOUT:
-            raise SearchError(f"--timeout must be from 0 to {MAX_TIMEOUT:,} seconds (0 for no limit), got {self.timeout!r}")
+            raise SearchError(f"--timeout must be above 0 and at most {MAX_TIMEOUT:,} seconds (a year; --timeout 0 for no "
+                              f"limit), got {self.timeout!r}")
         if self.screen_batch < 2:
             raise SearchError("--screen-batch must be at least 2")
         self._check_bounds()
@@ -382,11 +383,15 @@ def base_train_config(cfg: SearchConfig, n_images: int) -> tuple[dict[str, Any],
         "track": {"log_every": max(1, steps // 10), "monitor_every": 0, "ckpt_every": steps, "progress": False},
         "probe": {"enabled": False},
     }
+    epochs = base["optim"]["epochs"]
+    if epochs > MAX_EPOCHS:
+        raise SearchError(f"--max-steps {steps:,} of --batch-size {cfg.batch_size} on {n_images:,} images are {epochs:,.0f} "
+                          f"epochs, above the bound of {MAX_EPOCHS:,}; lower --max-steps or --batch-size, or give more images")
     try:
         base = apply_overrides(base, list(cfg.overrides))
         return base, config_from_dict(base)
     except ConfigError as exc:
-        raise SearchError(f"--set: {exc}") from None
+        raise SearchError(f"--set: {exc}" if cfg.overrides else str(exc)) from None
 
 
 __all__ = ["BUILTIN_DATA", "SAMPLERS", "SCORES", "SHAPES_VIEW_ARGS", "SearchConfig", "SearchError", "auto_workers",

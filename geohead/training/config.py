@@ -279,17 +279,19 @@ class TrainConfig:
         (a negative clip would reverse the gradients, AdamW needs two betas in [0, 1))."""
         o, bins = self.optim, self.probe.factor_bins
         upper = {"optim.epochs": (o.epochs, MAX_EPOCHS), "optim.warmup_epochs": (o.warmup_epochs, MAX_EPOCHS),
-                 "optim.max_steps": (o.max_steps or 1, MAX_STEPS), "optim.batch_size": (o.batch_size, MAX_BATCH),
-                 "probe.factor_bins": (bins, MAX_FACTOR_BINS)}
+                 "optim.max_steps": (o.max_steps or 1, MAX_STEPS), "optim.batch_size": (o.batch_size, MAX_BATCH)}
         for key, (value, bound) in upper.items():
             if value > bound:
                 raise ConfigError(f"{key} must be at most {bound:,}, got {value!r}")
-        if bins < 2 or (self.probe.n_train is not None and bins > self.probe.n_train):
-            raise ConfigError(f"probe.factor_bins must be from 2 to probe.n_train ({self.probe.n_train}), got {bins!r}")
+        if self.probe.enabled and self.probe.factors:  # the factor probes bin probe.n_train images
+            top = min(MAX_FACTOR_BINS, self.probe.n_train or MAX_FACTOR_BINS)
+            if not 2 <= bins <= top:
+                raise ConfigError(f"probe.factor_bins must be from 2 to {top:,}"
+                                  f"{' (probe.n_train)' if top == self.probe.n_train else ''}, got {bins!r}")
         if not 0 <= o.momentum < 1:
             raise ConfigError(f"optim.momentum must be in [0, 1), got {o.momentum!r}")
-        if o.grad_clip is not None and not o.grad_clip > 0:
-            raise ConfigError(f"optim.grad_clip must be > 0 (or unset for no clipping), got {o.grad_clip!r}")
+        if o.grad_clip is not None and not o.grad_clip >= 0:
+            raise ConfigError(f"optim.grad_clip must be >= 0 (0: no clipping), got {o.grad_clip!r}")
         betas = o.betas
         if (not isinstance(betas, (list, tuple)) or len(betas) != 2
                 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0 <= b < 1 for b in betas)):
