@@ -24,9 +24,9 @@ class _Main(click.Group):
             if exc.errno != errno.ENAMETOOLONG:
                 raise
             from geohead.commands import InputError
+            from geohead.io import shorten
 
-            name = max((str(f) for f in (exc.filename, exc.filename2) if f is not None), key=len, default="")
-            shown = name if len(name) <= 80 else f"{name[:40]}…{name[-20:]} ({len(name):,} characters)"
+            shown = shorten(max((str(f) for f in (exc.filename, exc.filename2) if f is not None), key=len, default=""))
             raise InputError(f"{shown + ': ' if shown else ''}a file name is longer than the system allows (on Linux "
                              "255 bytes a name, 4,096 a path); give a shorter path") from None
 

@@ -46,6 +46,7 @@ __all__ = [
     "read_small",
     "refuse_links_out",
     "save_safetensors",
+    "shorten",
     "tensor_checksum",
 ]
 
@@ -61,6 +62,12 @@ class OutsideFolderError(ValueError):
 class DiskFullError(OSError, ValueError):
     """A write that failed because the disk is full or read-only (ENOSPC, EDQUOT, EROFS): an
     ``OSError`` with its errno, and a ``ValueError`` like every input geohead refuses."""
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """``text`` for an error message: itself up to ``limit`` characters, else its start and end
+    with its length (a value of megabytes named in one line)."""
+    return text if len(text) <= limit else f"{text[:limit // 2]}…{text[-limit // 4:]} ({len(text):,} characters)"
 
 
 # ---------------------------------------------------------------------- paths inside a folder

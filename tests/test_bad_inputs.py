@@ -104,6 +104,7 @@ def world(tmp_path_factory) -> Path:
     (w / "run_probes_many" / "probes.json").write_text(json.dumps(
         {"probes": ["knn"], "targets": {f"t{i}": {"backbone": {"knn": 0.5}, "head": {"knn": 0.5}, "chance": 0.1}
                                         for i in range(300)}}))
+    (w / "deep.toml").write_text("x = " + "[" * 100_000 + "]" * 100_000 + "\n")  # deeper than tomllib recurses
     (w / "search_bad").mkdir()
     (w / "search_bad" / "trials.csv").write_text("hello\nworld\n")
     (w / "search_long_field").mkdir()  # a field above the csv module's 128 KiB
@@ -510,6 +511,7 @@ def planted(prepared) -> Path:
 
 BIG = "1000000000"
 LONG = "a" * 300  # a file name above the system's 255 bytes
+DEEP = "[" * 50_000 + "]" * 50_000  # a TOML value nested deeper than the parser recurses
 TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
     "symlink": [
         ("train-metrics-link-out", ["train", RECIPE, *TRAIN_TINY, "--out", "run_link_metrics"], "metrics.jsonl"),
@@ -615,6 +617,13 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("report-density-nodes-huge", ["report", "run_density_huge", "--out", "r"], "more than 1,000"),
         ("report-density-weights-mismatch", ["report", "run_density_weights", "--out", "r"], "do not match its nodes"),
         ("report-probe-targets-many", ["report", "run_probes_many", "--out", "r"], "300 targets"),
+        ("train-override-nested-deep", ["train", RECIPE, *TRAIN_TINY, "--set", "seed=" + DEEP], "nests deeper than 16"),
+        ("train-override-nested-17", ["train", RECIPE, *TRAIN_TINY, "--set", "seed=" + "[" * 17 + "]" * 17], "deeper than 16"),
+        ("train-recipe-nested-deep", ["train", "deep.toml", *TRAIN_TINY], "deeper than 16"),
+        ("search-override-nested-deep", ["search", *SEARCH_TINY, "--out", "s", "--set", "data.view_args=" + DEEP],
+         "nests deeper than 16"),
+        ("search-override-long-named-short", ["search", *SEARCH_TINY, "--out", "s", "--set", "seed=" + "1" * 100_000],
+         "(100,005 characters)"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),

@@ -5,6 +5,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from geohead.io import shorten
 from geohead.search.criteria import DEFAULT_FAMILIES
 from geohead.search.score import DEFAULT_SCORE, LABEL_FREE_SCORES
 from geohead.search.space import DIMENSIONS, parse_constraints
@@ -336,11 +337,12 @@ class SearchConfig:
     def _check_overrides(self) -> None:
         for text in self.overrides:
             key = text.partition("=")[0].strip()
+            shown = shorten(text)
             if key in _HEAD_KEYS:
-                raise SearchError(f"--set {text!r}: the search chooses the head; use --fix/--range for its dimensions "
+                raise SearchError(f"--set {shown!r}: the search chooses the head; use --fix/--range for its dimensions "
                                   "(--set head.spec.KEY is for fields it does not search, e.g. prototypes)")
             if key in _SEARCH_KEYS:
-                raise SearchError(f"--set {text!r}: {key} is set by the search (use {_SEARCH_KEYS[key]})")
+                raise SearchError(f"--set {shown!r}: {key} is set by the search (use {_SEARCH_KEYS[key]})")
         # keys and values, with a stand-in data size (the real one only sets the schedule's epochs)
         base_train_config(self, max(self.n_train or 0, 10 * self.batch_size))
 

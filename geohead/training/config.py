@@ -33,8 +33,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
 from geohead.geometry.summary import hessian_size_problem  # noqa: E402
-from geohead.io import read_small  # noqa: E402
-from geohead.training.config_types import ConfigError, build, choice, lookup, non_finite  # noqa: E402
+from geohead.io import read_small, shorten  # noqa: E402
+from geohead.training.config_types import MAX_NESTING, ConfigError, build, choice, lookup, non_finite, too_deep  # noqa: E402
 
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
@@ -327,15 +327,19 @@ def config_from_dict(d: dict[str, Any]) -> TrainConfig:
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"optim.lr=0.1"`` -> (["optim", "lr"], 0.1); the value is parsed as TOML, else a string."""
     if "=" not in text:
-        raise ConfigError(f"override {text!r} must look like key=value (e.g. optim.lr=0.1)")
+        raise ConfigError(f"override {shorten(text)!r} must look like key=value (e.g. optim.lr=0.1)")
     key, _, raw = text.partition("=")
     key, raw = key.strip(), raw.strip()
     if not key:
-        raise ConfigError(f"override {text!r} has an empty key")
+        raise ConfigError(f"override {shorten(text)!r} has an empty key")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         value = raw
+    except RecursionError:  # deeper than the parser goes (TOML has no null: None marks it)
+        value = None
+    if value is None or too_deep(value):
+        raise ConfigError(f"override {key}=...: its value nests deeper than {MAX_NESTING} levels; give a flat value")
     return key.split("."), value
 
 
@@ -348,7 +352,7 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
         for part in path[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"override {text!r}: {part!r} is not a table")
+                raise ConfigError(f"override {shorten(text)!r}: {part!r} is not a table")
         node[path[-1]] = value
     return out
 
@@ -367,6 +371,11 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> Train
         raise ConfigError(f"recipe {label!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"recipe {label!r} is not valid TOML: {exc}") from None
+    except RecursionError:  # deeper than the parser goes
+        d = None
+    if d is None or too_deep(d):
+        raise ConfigError(f"recipe {label!r} nests tables or arrays deeper than {MAX_NESTING} levels; it is not a "
+                          "geohead recipe (see geohead/recipes/*.toml)")
     if not d:
         raise ConfigError(f"recipe {label!r} is empty; a recipe names at least its objective "
                           "(objective = \"barlow\"), see geohead/recipes/*.toml")
