@@ -624,6 +624,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
          "nests deeper than 16"),
         ("search-override-long-named-short", ["search", *SEARCH_TINY, "--out", "s", "--set", "seed=" + "1" * 100_000],
          "(100,005 characters)"),
+        ("train-out-nul", ["train", RECIPE, *TRAIN_TINY, "--set", 'out="o\\u0000x"'], "holds a NUL character"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),

@@ -191,6 +191,10 @@ class TrainConfig:
         from geohead.objectives import OBJECTIVES, get_objective
 
         choice("objective", self.objective, tuple(OBJECTIVES))
+        for key in ("out", "data.name", "data.test", "data.root", "head.file"):  # paths: no file name holds a NUL
+            if "\x00" in str(lookup(self, key) or ""):
+                raise ConfigError(f"{key} = {shorten(str(lookup(self, key)))!r} holds a NUL character, which no path can; "
+                                  "give the path without it")
         bad = non_finite(self, "")
         if bad is not None:
             raise ConfigError(f"{bad} = {lookup(self, bad)!r} is not a finite number; give a finite value")
