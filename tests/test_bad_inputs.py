@@ -625,6 +625,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("search-override-long-named-short", ["search", *SEARCH_TINY, "--out", "s", "--set", "seed=" + "1" * 100_000],
          "(100,005 characters)"),
         ("train-out-nul", ["train", RECIPE, *TRAIN_TINY, "--set", 'out="o\\u0000x"'], "holds a NUL character"),
+        ("search-fix-value-long-named-short", ["search", *SEARCH_TINY, "--out", "s", "--fix", "activation=" + "x" * 100_000],
+         "(100,011 characters)"),
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
