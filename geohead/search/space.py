@@ -222,17 +222,22 @@ class _Fixed:
 
 
 # ---------------------------------------------------------------------- parsing
+def _entry(option: str, text: str) -> str:
+    """The option and its entry as an error names them, the entry shortened if long."""
+    return f"{option} {shorten(text)!r}"
+
+
 def _key(text: str, option: str) -> tuple[str, str]:
     if "=" not in text:
-        raise SpaceError(f"{option} {shorten(text)!r} must look like KEY=VALUE (e.g. {option} depth=2{':3' if option == '--range' else ''})")
+        raise SpaceError(f"{_entry(option, text)} must look like KEY=VALUE (e.g. {option} depth=2{':3' if option == '--range' else ''})")
     key, _, raw = text.partition("=")
     key, raw = key.strip(), raw.strip()
     if key not in DIMENSIONS:
         close = difflib.get_close_matches(key, DIMENSIONS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise SpaceError(f"{option} {shorten(text)!r}: unknown dimension {key!r}{hint}; valid dimensions are {list(DIMENSIONS)}")
+        raise SpaceError(f"{_entry(option, text)}: unknown dimension {key!r}{hint}; valid dimensions are {list(DIMENSIONS)}")
     if not raw:
-        raise SpaceError(f"{option} {shorten(text)!r}: the value is empty; e.g. {option} {key}=...")
+        raise SpaceError(f"{_entry(option, text)}: the value is empty; e.g. {option} {key}=...")
     return key, raw
 
 
@@ -240,13 +245,13 @@ def _int(key: str, raw: str, option: str, text: str) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise SpaceError(f"{option} {shorten(text)!r}: {key} must be a positive integer, got {shorten(raw)!r}") from None
+        raise SpaceError(f"{_entry(option, text)}: {key} must be a positive integer, got {shorten(raw)!r}") from None
     if value < 1:
-        raise SpaceError(f"{option} {shorten(text)!r}: {key} must be a positive integer, got {shorten(str(value))}")
+        raise SpaceError(f"{_entry(option, text)}: {key} must be a positive integer, got {shorten(str(value))}")
     if key == "depth" and value > MAX_DEPTH:
-        raise SpaceError(f"{option} {shorten(text)!r}: depth must be between 1 and {MAX_DEPTH}, got {shorten(str(value))}")
+        raise SpaceError(f"{_entry(option, text)}: depth must be between 1 and {MAX_DEPTH}, got {shorten(str(value))}")
     if key != "depth" and value > MAX_WIDTH:
-        raise SpaceError(f"{option} {shorten(text)!r}: {key} must be between 1 and {MAX_WIDTH} (the widest head a search "
+        raise SpaceError(f"{_entry(option, text)}: {key} must be between 1 and {MAX_WIDTH} (the widest head a search "
                          f"trains), got {shorten(str(value))}; give a width up to {MAX_WIDTH}")
     return value
 
@@ -259,7 +264,7 @@ def _name(key: str, raw: str, option: str, text: str) -> str:
         value = "silu"
     if value not in allowed:
         extra = f" ({sorted(ACTIVATIONS)} are the registered names)" if key == "activation" else ""
-        raise SpaceError(f"{option} {shorten(text)!r}: unknown {key} {shorten(raw)!r}; choose from {list(allowed)}{extra}")
+        raise SpaceError(f"{_entry(option, text)}: unknown {key} {shorten(raw)!r}; choose from {list(allowed)}{extra}")
     return value
 
 
@@ -279,26 +284,26 @@ def parse_constraints(fix: Iterable[str] = (), ranges: Iterable[str] = ()) -> tu
     for text in fix:
         key, raw = _key(text, "--fix")
         if key in fixed:
-            raise SpaceError(f"--fix {shorten(text)!r}: {key} is fixed twice; give it once")
+            raise SpaceError(f"{_entry('--fix', text)}: {key} is fixed twice; give it once")
         fixed[key] = _value(key, raw, "--fix", text)
     for text in ranges:
         key, raw = _key(text, "--range")
         if key in ranged:
-            raise SpaceError(f"--range {shorten(text)!r}: {key} is ranged twice; give it once")
+            raise SpaceError(f"{_entry('--range', text)}: {key} is ranged twice; give it once")
         if key in fixed:
             raise SpaceError(f"{key} is both fixed (--fix) and ranged (--range); keep one of them")
         if ":" in raw:
             if key not in INT_DIMS:
-                raise SpaceError(f"--range {shorten(text)!r}: {key} is not numeric; list its values instead, e.g. --range {key}=a,b")
+                raise SpaceError(f"{_entry('--range', text)}: {key} is not numeric; list its values instead, e.g. --range {key}=a,b")
             lo_s, _, hi_s = raw.partition(":")
             lo, hi = _int(key, lo_s.strip(), "--range", text), _int(key, hi_s.strip(), "--range", text)
             if lo > hi:
-                raise SpaceError(f"--range {shorten(text)!r}: the low end {lo} is above the high end {hi}; write {key}={hi}:{lo}")
+                raise SpaceError(f"{_entry('--range', text)}: the low end {lo} is above the high end {hi}; write {key}={hi}:{lo}")
             ranged[key] = ("range", lo, hi)
         else:
             parts = [p.strip() for p in raw.split(",")]
             if any(not p for p in parts):
-                raise SpaceError(f"--range {shorten(text)!r}: empty value in the list; write {key}=a,b or {key}=LO:HI")
+                raise SpaceError(f"{_entry('--range', text)}: empty value in the list; write {key}=a,b or {key}=LO:HI")
             ranged[key] = ("list", tuple(_value(key, p, "--range", text) for p in parts))
     return fixed, ranged
 
