@@ -110,7 +110,7 @@ class _Trial:
 
 
 def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1, knn: dict[str, float] | None = None,
-             steps: int | None = None, shift: dict[int, float] | None = None):
+             steps: int | None = None, shift: dict[int, float] | None = None, heads: int | None = None):
     """run_verdict with a stand-in measure: ``fresh[label]`` at every fresh seed (plus ``shift[seed]``
     for the pick, else 0.001 · seed for both); the calls are (depth, seed, folder name, steps)."""
     pick_head, ref_head = HeadSpec(in_dim=8, out_dim=8, depth=1), HeadSpec(in_dim=8, out_dim=8, depth=2, hidden_dim=8)
@@ -123,7 +123,7 @@ def _verdict(tmp_path: Path, fresh: dict[str, float], n_seeds: int = 1, knn: dic
         return {"value": fresh[label] + extra + (0.0 if shift else 0.001 * seed), "knn_backbone": (knn or {}).get(label)}
 
     v = run_verdict(_Trial(3, 0.80, pick_head), _Trial(0, 0.70, ref_head), n_seeds, 0, tmp_path, measure, lambda s: None,
-                    steps, "300 epochs of 10,000 images" if steps else "")
+                    steps, "300 epochs of 10,000 images" if steps else "", heads=heads)
     return v, [c[:2] for c in calls] if steps is None else calls
 
 
@@ -138,6 +138,9 @@ def test_a_margin_beyond_the_noise_keeps_the_pick_and_within_it_recommends_the_p
     assert v.recommended == "published" and v.basis == "noise" and "within the noise" in v.reason
     assert v.score_margin.margin == pytest.approx(0.01) and not v.score_margin.beyond_noise
     assert "--confirm-seeds 3" in v.reason
+    # with the study's head count, the hint is the whole rerun: --trials holds the search where it stopped
+    v, _ = _verdict(tmp_path / "b2", {"pick": 0.71, "published": 0.70}, heads=14)
+    assert "rerun with --confirm-seeds 3 --trials 14 to measure it more closely" in v.reason
     # with labels: beyond the noise in score, worse in backbone kNN -> the published head, and why
     v, _ = _verdict(tmp_path / "c", {"pick": 0.79, "published": 0.70}, knn={"pick": 0.38, "published": 0.40})
     assert v.recommended == "published" and v.basis == "kNN lower" and v.knn_margin.margin == pytest.approx(-0.02)
@@ -241,6 +244,24 @@ def test_every_search_measures_the_published_head_unpruned_and_ends_with_a_verdi
     run_search(SearchConfig(out=str(out), trials=5, min_steps=2, max_steps=6, **TINY))
     study = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
     assert sum(is_reference(t) for t in study.trials) == 1
+
+
+def test_the_rerun_the_hint_names_trains_only_the_new_seeds(tmp_path) -> None:
+    import optuna
+
+    out = tmp_path / "s"
+    first = run_search(SearchConfig(out=str(out), trials=3, steps=2, **TINY))
+    storage = f"sqlite:///{out / 'study.db'}"
+    before = [t.number for t in optuna.load_study(study_name="barlow-shapes-default", storage=storage).trials]
+    pick = json.loads((out / "search.json").read_text())["verdict"]["pick"]
+    # the hint's rerun: more fresh seeds, --trials at the heads the study holds (3, as the table says)
+    assert "3 heads measured" in first.table
+    run_search(SearchConfig(out=str(out), trials=3, steps=2, confirm_seeds=2, **TINY))
+    after = [t.number for t in optuna.load_study(study_name="barlow-shapes-default", storage=storage).trials]
+    v = json.loads((out / "search.json").read_text())["verdict"]
+    assert after == before and v["pick"] == pick                     # no trial ran, the pick is the same
+    assert sorted(int(s) for s in v["values"]["pick"]) == [0, 1, 2]   # the study seed and both fresh seeds
+    assert (out / "confirm" / "pick_s2" / "result.json").is_file()
 
 
 def test_a_verdict_at_the_users_schedule_trains_it_records_it_and_resumes(tmp_path) -> None:

@@ -198,7 +198,7 @@ def _verdict(cfg: SearchConfig, study: Any, inputs: Any, say: Callable[[str], No
         measure = on_backbone
 
     return run_verdict(best_trial(study), reference_trial(study), cfg.confirm_seeds, cfg.seed, cfg.out_dir / "confirm",
-                       measure, say, steps, words, name)
+                       measure, say, steps, words, name, heads=count_trials(study)["done"])
 
 
 def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:

@@ -149,12 +149,14 @@ class Verdict:
 
 def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: Path,
                 measure: Callable[..., dict[str, float]], echo: Callable[[str], None],
-                steps: int | None = None, schedule: str = "", backbone: str | None = None) -> Verdict:
+                steps: int | None = None, schedule: str = "", backbone: str | None = None,
+                heads: int | None = None) -> Verdict:
     """The verdict on the pick (a FrozenTrial) against the reference trial (or None), with
     ``measure(spec, seed, folder)`` (:meth:`TrialRunner.measure_head`) for the fresh seeds; with
     ``steps``, the runs train that schedule (``measure(..., steps=steps)``; ``schedule`` says it in
     words, e.g. "300 epochs") and are compared at the fresh seeds alone. ``backbone`` (with
-    ``steps``) names the backbone ``measure`` trains on, for the runs' folders and the record."""
+    ``steps``) names the backbone ``measure`` trains on, for the runs' folders and the record;
+    ``heads`` (the heads the study holds) goes into the rerun a within-the-noise reason suggests."""
     if pick is None:
         return Verdict("pick_unchecked", "no trial completed the full budget: there is no pick", None, None)
     number = pick.number
@@ -185,13 +187,15 @@ def run_verdict(pick: Any, reference: Any, n_seeds: int, study_seed: int, out: P
                                values, knn)
             values[label][seed], knn[label][seed] = rec["value"], rec.get("knn_backbone")
     d = decide(values, study_seed, knn)
-    return Verdict("pick" if d.pick else "published", _reason(d, n_seeds, schedule), number, reference.number, values,
-                   knn, d.basis, d.score, d.knn, steps, backbone)
+    return Verdict("pick" if d.pick else "published", _reason(d, n_seeds, schedule, heads), number, reference.number,
+                   values, knn, d.basis, d.score, d.knn, steps, backbone)
 
 
-def _reason(d: Decision, n_fresh: int, schedule: str = "") -> str:
+def _reason(d: Decision, n_fresh: int, schedule: str = "", heads: int | None = None) -> str:
     """The sentence a user reads: the margins against their noise, and what decided (``schedule``:
-    the runs' own schedule in words, when they had one)."""
+    the runs' own schedule in words, when they had one). Within the noise with the pick ahead, it
+    names the rerun that adds fresh seeds: ``--trials`` at the ``heads`` the study holds, so that
+    the rerun trains only the new seeds instead of resuming the search."""
     seeds = f"{n_fresh} fresh seed{'s' if n_fresh > 1 else ''}" + (f" ({schedule} each)" if schedule else "")
     score = f"score {d.score.margin:+.4f} (noise {NOISE_UNITS:g} x {d.score.noise:.4f})"
     knn = "" if d.knn is None else (f"backbone kNN {100 * d.knn.margin:+.2f} points "
@@ -206,7 +210,9 @@ def _reason(d: Decision, n_fresh: int, schedule: str = "") -> str:
         return (f"the pick's score beats the published head at {seeds} beyond the noise, but the backbone it trains "
                 f"is worse there: {both}; the score misleads on this run: use the published head")
     ahead = d.score.margin > 0 or (d.knn is not None and d.knn.margin > 0)
-    more = "; --confirm-seeds 3 measures it more closely" if n_fresh < 3 and ahead else ""
+    rerun = ("--confirm-seeds 3 measures it more closely" if heads is None else
+             f"rerun with --confirm-seeds 3 --trials {heads} to measure it more closely (only the new seeds train)")
+    more = f"; {rerun}" if n_fresh < 3 and ahead else ""
     return f"the pick's margins over the published head at {seeds} are within the noise: {both}: use the published head{more}"
 
 
