@@ -192,8 +192,9 @@ class TrainConfig:
 
         choice("objective", self.objective, tuple(OBJECTIVES))
         for key in ("out", "data.name", "data.test", "data.root", "head.file"):  # paths: no file name holds a NUL
-            if "\x00" in str(lookup(self, key) or ""):
-                raise ConfigError(f"{key} = {shorten(str(lookup(self, key)))!r} holds a NUL character, which no path can; "
+            path = str(lookup(self, key) or "")
+            if "\x00" in path:
+                raise ConfigError(f"{key} = {shorten(path)!r} holds a NUL character, which no path can; "
                                   "give the path without it")
         bad = non_finite(self, "")
         if bad is not None:

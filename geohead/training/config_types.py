@@ -114,4 +114,3 @@ def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
                 return True
             stack.extend((x, level + 1) for x in (v.values() if isinstance(v, dict) else v))
     return False
-
