@@ -107,6 +107,24 @@ def test_checkpoint_head_spec_naming_a_module_is_refused_by_load_and_export(pwn,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("key", ["head_spec", "predictor_spec"])
+def test_a_checkpoint_spec_naming_a_file_does_not_read_it(run, tmp_path, monkeypatch, key) -> None:
+    from geohead.training.model import load_trained
+
+    secret = tmp_path / "creds.json"
+    secret.write_text(json.dumps({"aws_secret_key": 1, "in_dim": 8}))
+    monkeypatch.chdir(tmp_path)
+    ck = load_checkpoint(run)
+    bad = save_checkpoint(tmp_path / "bad.ckpt", ck.tensors, {**ck.meta, key: "creds.json"})
+    with pytest.raises(ValueError, match=f"{key} is a str, not a head spec's table") as err:
+        load_trained(bad)
+    assert "aws_secret_key" not in str(err.value)
+    if key == "head_spec":  # an export copies the predictor's spec as provenance text, never opens it
+        with pytest.raises(ExportError, match="must be a JSON object, got str") as err:
+            export_backbone(bad, tmp_path / "out", with_head=True)
+        assert "aws_secret_key" not in str(err.value) and not (tmp_path / "out").exists()
+
+
 def test_python_types_still_work_and_register_by_name() -> None:
     class Shifted(torch.nn.Module):
         def forward(self, x):

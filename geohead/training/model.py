@@ -198,7 +198,7 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     if not isinstance(meta["objective_hparams"], dict):
         raise ValueError(f"checkpoint {str(ck.path)!r}: objective_hparams is not a table of hyper-parameters; it was not "
                          "written by geohead train")
-    spec = HeadSpec.coerce(meta["head_spec"])
+    spec = _header_spec(ck, "head_spec")
     try:  # the loss sized from the header before any module is built
         objective = objective_for_head(meta["objective"], meta["objective_hparams"], spec.output_dim)
     except (ValueError, TypeError) as exc:
@@ -206,7 +206,7 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
                          f"({exc}); it was not written by geohead train") from None
     backbone = rebuild_backbone(meta["backbone"])
     head = GeometricHead.from_spec(spec)
-    predictor = GeometricHead.from_spec(meta["predictor_spec"]) if meta.get("predictor_spec") else None
+    predictor = GeometricHead.from_spec(_header_spec(ck, "predictor_spec")) if meta.get("predictor_spec") else None
     model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
     load_section(model, ck, "model")
     load_section(objective, ck, "objective")
@@ -220,6 +220,16 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     model.to(device).eval()
     objective.to(device).eval()
     return TrainedModels(model, teacher, objective, meta)
+
+
+def _header_spec(ck: Checkpoint, key: str) -> HeadSpec:
+    """The HeadSpec stored under ``key`` in ``ck``'s header. Only a spec's own table is read: a
+    string there is not taken as a file to open (a header names no other file)."""
+    value = ck.meta[key]
+    if not isinstance(value, dict):
+        raise ValueError(f"checkpoint {str(ck.path)!r}: {key} is a {type(value).__name__}, not a head spec's table; "
+                         "it was not written by geohead train")
+    return HeadSpec.from_dict(value)
 
 
 def sync_batchnorm(model: SSLModel, cfg: TrainConfig, device: torch.device, world: int) -> SSLModel:
