@@ -330,6 +330,24 @@ def test_nothing_half_written_and_overwrite(resnet_run, tmp_path, monkeypatch) -
     assert second.checksum != first.checksum
 
 
+def test_overwrite_replaces_an_export_and_nothing_else(resnet_run, tmp_path) -> None:
+    out = tmp_path / "models"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "config.json").write_text("{}")
+    with pytest.raises(ExportError, match=r"holds files an export does not write \(notes.txt\); --overwrite replaces"):
+        export_backbone(resnet_run, out, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "notes.txt"]  # untouched
+    assert (out / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models"]  # no temporary folder was made
+    (out / "notes.txt").unlink()
+    export_backbone(resnet_run, out, overwrite=True)  # an export's own file names are replaced
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    res = CliRunner().invoke(main, ["export", str(resnet_run), "--out", str(tmp_path), "--overwrite"])
+    assert res.exit_code == 2 and "holds files an export does not write (models)" in res.output, res.output
+    assert (out / "model.safetensors").is_file()
+
+
 def test_cli_export(resnet_run, vit_run, tmp_path) -> None:
     runner = CliRunner()
     res = runner.invoke(main, ["export", str(resnet_run), "--out", str(tmp_path / "e"), "--dtype", "bf16", "--with-head"])

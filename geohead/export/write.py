@@ -19,7 +19,7 @@ from geohead.export.format import (
     ExportError, check_architecture, encode_metadata, integrity_checksum, nonfinite_problem, tensor_checksum,
 )
 from geohead.export.sources import source_of_checkpoint, source_of_module
-from geohead.io import atomic_write_text, default_mode, disk_error, folder_problem, fsync_dir, save_safetensors
+from geohead.io import atomic_write_text, default_mode, disk_error, folder_problem, fsync_dir, save_safetensors, shorten
 
 
 @dataclasses.dataclass
@@ -109,10 +109,9 @@ def _cast(tensors: Mapping[str, Tensor], dtype: torch.dtype) -> dict[str, Tensor
 def _place(tmp: Path, out: Path, overwrite: bool) -> None:
     """Move the finished folder ``tmp`` to ``out``; an existing ``out`` is replaced only with ``overwrite``."""
     if out.exists() or out.is_symlink():
-        if not out.is_dir():
-            raise ExportError(f"--out {str(out)!r} exists and is not a folder; choose another path")
-        if any(out.iterdir()) and not overwrite:
-            raise ExportError(f"--out {str(out)!r} already holds files; pass --overwrite (overwrite=True) or choose another folder")
+        problem = _occupied(out, overwrite)
+        if problem:
+            raise ExportError(problem)
         old = out.with_name(f".{out.name}.old-{os.getpid()}")  # recover_interrupted reads these names
         os.replace(out, old)
         try:
@@ -190,6 +189,10 @@ def export_backbone(
     problem = folder_problem(out_dir)
     if problem:
         raise ExportError(f"--out {str(out_dir)!r} cannot be written: {problem}; choose another folder")
+    if Path(out_dir).exists() or Path(out_dir).is_symlink():  # refused before the source loads; _place checks again
+        problem = _occupied(Path(out_dir), overwrite)
+        if problem:
+            raise ExportError(problem)
     if isinstance(source, nn.Module):
         src = source_of_module(source, with_head, teacher, architecture=architecture, model_args=model_args,
                                img_size=img_size)
@@ -311,6 +314,22 @@ def _alive(pid: int) -> bool:
 
 #: what an export folder holds (the temporary names of atomic_write start with ".<name>.tmp")
 _EXPORT_FILES = (WEIGHTS_NAME, CONFIG_NAME, HEAD_WEIGHTS_NAME, HEAD_SPEC_NAME)
+
+
+def _occupied(out: Path, overwrite: bool) -> str | None:
+    """Why the existing ``out`` cannot take an export, or None. ``overwrite`` replaces an earlier
+    export only: a folder holding anything else is never removed."""
+    if not out.is_dir() or out.is_symlink():
+        return f"--out {str(out)!r} exists and is not a folder; choose another path"
+    if not any(out.iterdir()):
+        return None
+    if not overwrite:
+        return f"--out {str(out)!r} already holds files; pass --overwrite (overwrite=True) or choose another folder"
+    if not _holds_export_files_only(out):
+        others = sorted(e.name for e in out.iterdir() if not (e.name in _EXPORT_FILES and e.is_file()))
+        return (f"--out {str(out)!r} holds files an export does not write ({shorten(', '.join(others[:4]))}); --overwrite "
+                "replaces an earlier export only: choose another folder")
+    return None
 
 
 def _holds_export_files_only(folder: Path) -> bool:
