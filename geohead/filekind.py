@@ -42,16 +42,38 @@ def file_kind(path: str | os.PathLike) -> str:
     return "unknown"
 
 
+#: What names a torch zip as Lightning's: the key Lightning writes into every checkpoint's dict.
+_LIGHTNING_KEY = b"pytorch-lightning_version"
+
+#: The most bytes of a zip's data.pkl read for it (in 1 MiB pieces): the member may be
+#: compressed to inflate without bound, and the key sits near the pickle's start.
+PKL_SCAN_BYTES = 64 << 20
+
+
 def _zip_kind(path: Path) -> str:
     try:
         with zipfile.ZipFile(path) as zf:
-            pkl = next((n for n in zf.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+            pkl = next((i for i in zf.infolist() if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"), None)
             if pkl is None:
                 return "unknown"
-            data = zf.read(pkl)
-    except (zipfile.BadZipFile, OSError):
+            with zf.open(pkl) as fh:
+                found = _holds(fh, _LIGHTNING_KEY, PKL_SCAN_BYTES)
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, RuntimeError, ValueError):
         return "unknown"
-    return "lightning" if b"pytorch-lightning_version" in data else "torch"
+    return "lightning" if found else "torch"
+
+
+def _holds(fh, key: bytes, limit: int) -> bool:
+    """Whether ``key`` occurs in the first ``limit`` bytes of the stream ``fh``, read 1 MiB at a time."""
+    seen, tail = 0, b""
+    while seen < limit:
+        chunk = fh.read(min(1 << 20, limit - seen))
+        if not chunk:
+            return False
+        if key in tail + chunk:
+            return True
+        tail, seen = chunk[-len(key):], seen + len(chunk)
+    return False
 
 
 def describe_kind(kind: str) -> str:
