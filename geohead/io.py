@@ -48,6 +48,7 @@ __all__ = [
     "save_safetensors",
     "shorten",
     "tensor_checksum",
+    "too_deep",
 ]
 
 
@@ -184,6 +185,9 @@ MAX_JSON_FILE = 256 << 20
 #: The most bytes of a JSON-lines file geohead streams (metrics.jsonl, a monitor's log): a record
 #: held in memory per line, each line at most MAX_SMALL_FILE.
 MAX_RECORDS_FILE = 4 << 30
+#: How deep a JSON value geohead reads may nest (its own files nest a few levels): deeper values
+#: are refused where they are parsed, so no later walk of one recurses past Python's limit.
+MAX_JSON_NESTING = 64
 
 
 def read_small(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError,
@@ -199,12 +203,29 @@ def read_small(path: str | os.PathLike, what: str, hint: str, error: Callable[[s
 
 def parse_json(data: str | bytes, what: str, error: Callable[[str], Exception] = ValueError) -> Any:
     """The JSON value of ``data``; ``error`` naming ``what`` when it is not JSON, not UTF-8, or
-    nested deeper than Python parses (a RecursionError, not a ValueError, from the json module)."""
+    nested deeper than :data:`MAX_JSON_NESTING` levels (or than Python parses: a RecursionError,
+    not a ValueError, from the json module)."""
     try:
-        return json.loads(data)
+        value = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
         why = "nested too deeply" if isinstance(exc, RecursionError) else f"{type(exc).__name__}: {str(exc)[:80]}"
         raise error(f"{what} is not valid JSON ({why})") from None
+    if too_deep(value, MAX_JSON_NESTING):
+        raise error(f"{what} nests deeper than {MAX_JSON_NESTING} levels; it is not a file geohead writes")
+    return value
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether ``value`` (dicts and lists) nests deeper than ``limit`` levels; walked without
+    recursion, so a value nested thousands deep is answered, not a RecursionError."""
+    stack = [(value, 1)]  # (a value, the level of the tables and arrays it would open)
+    while stack:
+        v, level = stack.pop()
+        if isinstance(v, (dict, list)):
+            if level > limit:
+                return True
+            stack.extend((x, level + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 def json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError
@@ -226,9 +247,10 @@ def json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[s
             line = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
             if line.strip():
                 try:
-                    yield line, json.loads(line)
+                    value = json.loads(line)
                 except (ValueError, RecursionError):
-                    yield line, None
+                    value = None
+                yield line, None if too_deep(value, MAX_JSON_NESTING) else value
 
 
 def read_json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError

@@ -112,6 +112,10 @@ def world(tmp_path_factory) -> Path:
     (w / "search_huge_trials").mkdir()
     (w / "search_huge_trials" / "trials.csv").write_text("number,x\n")
     os.truncate(w / "search_huge_trials" / "trials.csv", 300 << 20)  # 300 MiB that take no disk
+    (w / "search_wide_trials").mkdir()  # 100,000 columns: a 2-byte row would be a 100,000-key dict
+    (w / "search_wide_trials" / "trials.csv").write_text("number," + ",".join(f"c{i}" for i in range(100_000)) + "\n" + "0\n" * 1000)
+    (w / "search_ragged_trials").mkdir()
+    (w / "search_ragged_trials" / "trials.csv").write_text("number,value\n0,0.5\n1,0.5,7,8\n")
     (w / "not_utf8_search").mkdir()
     (w / "not_utf8_search" / "trials.csv").write_bytes(b"\xff\xfe\x00number")
     return w
@@ -207,6 +211,8 @@ CLI: list[tuple[str, list[str], str]] = [
     ("report-diagnose-wrong-shapes", ["report", "run_bad_diag2"], "diagnose.json"),
     ("report-trials-garbage", ["report", "search_bad"], "trials.csv"),
     ("report-trials-not-utf8", ["report", "not_utf8_search"], "trials.csv"),
+    ("report-trials-wide", ["report", "search_wide_trials", "--out", "r"], "100,001 columns, above 512"),
+    ("report-trials-ragged", ["report", "search_ragged_trials", "--out", "r"], "row 2 has 4 cells, the header 2"),
     ("report-not-a-run", ["report", "folder"], "folder"),
     ("report-missing", ["report", "nowhere"], "nowhere"),
     # diagnose

@@ -163,6 +163,29 @@ def test_a_search_page_embeds_at_most_its_bound_of_pngs(tmp_path, monkeypatch) -
     assert f"more PNGs than the {MAX_PNGS}" in html_text
 
 
+def test_a_search_without_trials_yet_reports_its_settings(tmp_path) -> None:
+    """A search stopped before its first trial ended holds search.json alone: the page shows it
+    and says why there are no plots (before: FileNotFoundError, exit 1)."""
+    folder = tmp_path / "search"
+    folder.mkdir()
+    (folder / "search.json").write_text(json.dumps({"objective": "simclr", "trials": 12}))
+    res = CliRunner().invoke(main, ["report", str(folder), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    html_text = (tmp_path / "r" / "report.html").read_text()
+    assert "geohead search report: simclr" in html_text and "no trials.csv yet" in html_text
+    assert embedded(html_text) == []
+
+
+def test_a_search_json_nested_too_deeply_is_skipped_with_a_note(tmp_path) -> None:
+    """600 levels parse in the json module but a walk of them recursed past Python's limit."""
+    folder = tmp_path / "search"
+    folder.mkdir()
+    (folder / "search.json").write_text('{"plots": ' + "[" * 600 + '"a.png"' + "]" * 600 + "}")
+    res = CliRunner().invoke(main, ["report", str(folder), "--out", str(tmp_path / "r")])
+    assert res.exit_code == 0, res.output
+    assert "nests deeper than 64 levels" in (tmp_path / "r" / "report.html").read_text()
+
+
 def test_guillotine_figure_has_a_panel_per_known_probe_once(tmp_path) -> None:
     """probes.json's probe names, repeated or unknown, size no figure: one panel per known probe."""
     from PIL import Image

@@ -2,7 +2,6 @@
 :func:`read_metadata`. Safetensors and JSON only: nothing is ever unpickled."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -106,7 +105,7 @@ def load_head(path: str | os.PathLike, *, verify: bool = True) -> GeometricHead:
     tensors, meta = _read_safetensors(_inside(d, HEAD_WEIGHTS_NAME), "head file")
     spec_path = _inside(d, HEAD_SPEC_NAME)
     try:
-        spec_dict = json.loads(HeadSpec.read_text(spec_path))
+        spec_dict = parse_json(HeadSpec.read_text(spec_path), "head spec")
     except (ValueError, FileNotFoundError) as exc:
         raise ExportError(f"{str(spec_path)!r}: {exc}") from None
     if verify:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 from geohead.errors import SpecError
 from geohead.heads.layers import LAST_NORMS, NORMS, PIECEWISE_LINEAR, activation_name
 from geohead.heads.whitening import WHITENING_MODES
-from geohead.io import atomic_write_text, read_small
+from geohead.io import atomic_write_text, parse_json, read_small
 
 WHITEN_MODES: tuple[str | None, ...] = (None, *WHITENING_MODES)
 #: Bounds on a spec's sizes: a spec from a file cannot ask for more memory than a machine has.
@@ -167,12 +167,7 @@ class HeadSpec:
         where = "head spec"
         if text is None or not text.lstrip().startswith(("{", "[", '"')) and not _is_json_scalar(text):
             text, where = cls.read_text(text_or_path), f"head spec file {str(text_or_path)!r}"
-        try:
-            d = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{where} is not valid JSON: {exc}") from None
-        except RecursionError:
-            raise SpecError(f"{where} is nested too deeply to be a head spec") from None
+        d = parse_json(text, where, SpecError)
         if not isinstance(d, dict):
             raise SpecError(f"{where} must be a JSON object, got {type(d).__name__}: {_short(d)}")
         return cls.from_dict(d)
@@ -258,7 +253,7 @@ def check_found_on(found_on: Any) -> dict[str, Any] | None:
 
 def read_found_on(path: str | Path) -> dict[str, Any] | None:
     """The ``found_on`` record of a spec file (None when the head was not written by a search)."""
-    d = json.loads(HeadSpec.read_text(path))
+    d = parse_json(HeadSpec.read_text(path), f"head spec file {str(path)!r}", SpecError)
     return check_found_on(d.get("found_on")) if isinstance(d, dict) else None
 
 

@@ -290,7 +290,11 @@ def _search_report(folder: Path, out: Path) -> _Page:
         from geohead.search import write_search_plots
     except ImportError as exc:
         raise ReportError(f"this geohead cannot plot searches (geohead.search is not importable: {exc})") from None
-    made = [Path(p) for p in write_search_plots(folder, dest=out)]
+    if (folder / "trials.csv").is_file():
+        made = [Path(p) for p in write_search_plots(folder, dest=out)]
+    else:  # a search stopped before its first trial ended: its settings, no plots yet
+        made = []
+        page.notes.append("the search holds no trials.csv yet (no trial has finished); its plots follow once one has")
     meta = _search_meta(folder, page)
     named = []
     for p in list(dict.fromkeys(_pngs_named(meta)))[:MAX_PNGS]:  # each name once, at most what a page embeds

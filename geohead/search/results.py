@@ -107,16 +107,46 @@ def write_trials_csv(rows: list[dict[str, Any]], path: Path) -> Path:
     return atomic_write_text(path, buf.getvalue())
 
 
+#: The most columns and cells a trials table may hold: a search of 100,000 heads with every
+#: criterion recorded fits; a small file whose header names 100,000 columns does not become
+#: 100,000-key dicts per row.
+MAX_COLUMNS, MAX_CELLS = 512, 20_000_000
+
+
 def read_trials_csv(path: Path) -> list[dict[str, Any]]:
     """trials.csv back as dicts, numbers parsed (empty cells are None); read whole only below
-    :data:`geohead.io.MAX_JSON_FILE` bytes, and a file that is not CSV (a field above the csv
-    module's 128 KiB) is a ValueError naming it."""
+    :data:`geohead.io.MAX_JSON_FILE` bytes, at most :data:`MAX_COLUMNS` columns and
+    :data:`MAX_CELLS` cells, every row as long as the header; anything else (or a field above the
+    csv module's 128 KiB) is a ValueError naming the file."""
     text = read_small(path, "trials table", "rerun geohead search, which rewrites it", limit=MAX_JSON_FILE)
+    rows: list[dict[str, Any]] = []
     try:
-        return [{k: _parse(v) for k, v in r.items()} for r in csv.DictReader(io.StringIO(text.decode("utf-8"), newline=""))]
+        reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""))
+        header = next(reader, [])
+        for row in reader:
+            if not row:  # a blank line, as csv.DictReader skips it
+                continue
+            problem = _table_problem(header, row, len(rows))
+            if problem:
+                raise csv.Error(problem)
+            rows.append({k: _parse(v) for k, v in zip(header, row)})
+        if len(header) > MAX_COLUMNS:
+            raise csv.Error(f"{len(header):,} columns, above {MAX_COLUMNS}")
     except (csv.Error, UnicodeDecodeError) as exc:
         raise ValueError(f"{str(path)!r} is not the trials table geohead search writes ({str(exc)[:80]}); "
                          "rerun geohead search, which rewrites it") from None
+    return rows
+
+
+def _table_problem(header: list[str], row: list[str], done: int) -> str | None:
+    """Why ``row`` (after ``done`` rows) cannot join the table, or None."""
+    if len(header) > MAX_COLUMNS:
+        return f"{len(header):,} columns, above {MAX_COLUMNS}"
+    if len(row) != len(header):
+        return f"row {done + 1} has {len(row)} cells, the header {len(header)}"
+    if (done + 1) * len(header) > MAX_CELLS:
+        return f"more than {MAX_CELLS:,} cells"
+    return None
 
 
 def _parse(v: str | None) -> Any:

@@ -33,8 +33,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 from geohead.data.loaders import MAX_IMG_SIZE, MAX_SEED, size_problem, source_error  # noqa: E402  (MAX_SEED: shapes seeds are 2·seed + 1)
 from geohead.geometry.summary import hessian_size_problem  # noqa: E402
-from geohead.io import read_small, shorten  # noqa: E402
-from geohead.training.config_types import MAX_NESTING, ConfigError, build, choice, lookup, non_finite, too_deep  # noqa: E402
+from geohead.io import read_small, shorten, too_deep  # noqa: E402
+from geohead.training.config_types import MAX_NESTING, ConfigError, build, choice, lookup, non_finite  # noqa: E402
 
 
 OPTIMIZERS = ("lars", "sgd", "adamw")
@@ -343,7 +343,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
         value = raw
     except RecursionError:  # deeper than the parser goes (TOML has no null: None marks it)
         value = None
-    if value is None or too_deep(value):
+    if value is None or too_deep(value, MAX_NESTING):
         raise ConfigError(f"override {key}=...: its value nests deeper than {MAX_NESTING} levels; give a flat value")
     return key.split("."), value
 
@@ -378,7 +378,7 @@ def load_recipe(recipe: str | Path, overrides: list[str] | None = None) -> Train
         raise ConfigError(f"recipe {label!r} is not valid TOML: {exc}") from None
     except RecursionError:  # deeper than the parser goes
         d = None
-    if d is None or too_deep(d):
+    if d is None or too_deep(d, MAX_NESTING):
         raise ConfigError(f"recipe {label!r} nests tables or arrays deeper than {MAX_NESTING} levels; it is not a "
                           "geohead recipe (see geohead/recipes/*.toml)")
     if not d:

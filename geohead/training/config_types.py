@@ -101,16 +101,3 @@ def non_finite(value: Any, key: str) -> str | None:
 
 #: How deep a recipe's or an override's value may nest (the packaged recipes nest three tables deep).
 MAX_NESTING = 16
-
-
-def too_deep(value: Any, limit: int = MAX_NESTING) -> bool:
-    """Whether ``value`` (dicts and lists) nests deeper than ``limit`` levels; walked without
-    recursion, so a value nested thousands deep is answered, not a RecursionError."""
-    stack = [(value, 1)]  # (a value, the level of the tables and arrays it would open)
-    while stack:
-        v, level = stack.pop()
-        if isinstance(v, (dict, list)):
-            if level > limit:
-                return True
-            stack.extend((x, level + 1) for x in (v.values() if isinstance(v, dict) else v))
-    return False
