@@ -53,6 +53,9 @@ def world(tmp_path_factory) -> Path:
     rng = np.random.default_rng(0)
     images = rng.integers(0, 255, (32, 8, 8, 3), dtype=np.uint8)
     np.savez(w / "huge_label.npz", images=images, labels=np.full(32, 2 ** 40, dtype=np.int64))
+    # 1,400 one-pixel images: 4 KB, above 4 GiB of pixels once resized to 1024 x 1024
+    np.savez(w / "npz_many.npz", images=np.zeros((1400, 1, 1, 3), np.uint8), labels=np.zeros(1400, np.int64))
+    np.savez(w / "npz_classes.npz", images=images, labels=np.zeros(32, np.int64), classes=np.zeros(200_000, np.int8))
     data = bytearray((run / "last.safetensors").read_bytes())
     data[-3] ^= 1
     (w / "bitflip.ckpt").write_bytes(bytes(data))
@@ -322,6 +325,10 @@ def _api_cases() -> list[tuple[str, Callable[[Path], Any], str, str]]:
         ("recipe-lr-inf", recipe(["optim.lr=inf"]), "ConfigError", "optim.lr"),
         ("recipe-objective-arg-nan", recipe(["objective_args.lambda_offdiag=nan"]), "ConfigError", "lambda_offdiag"),
         ("recipe-backbone-args-network", recipe(["backbone.args={pretrained_cfg_overlay={file=\"x\"}}"]), "ConfigError", "pretrained_cfg_overlay"),
+        ("dataset-npz-resized-too-many-pixels", lambda w: __import__("geohead.data").data.load_dataset(
+            str(w / "npz_many.npz"), img_size=1024), "ValueError", "image count of"),
+        ("dataset-npz-classes-huge", lambda w: __import__("geohead.data").data.load_dataset(str(w / "npz_classes.npz")),
+         "ValueError", "'classes' holds 200,000 names"),
         ("dataset-huge-label", lambda w: __import__("geohead.data").data.load_dataset(str(w / "huge_label.npz")), "ValueError", "1099511627776"),
         ("load-backbone-missing", lambda w: _export().load_backbone(w / "nope"), "ExportError", "nope"),
         ("load-backbone-file", lambda w: _export().load_backbone(w / "file.txt"), "ExportError", "file.txt"),

@@ -120,6 +120,9 @@ def load_dataset(
         idx = torch.randperm(len(data), generator=g)[: int(n)].sort().values
         data = data.subset(idx)
     if img_size is not None and data.img_size != (img_size, img_size):
+        problem = size_problem(len(data), img_size, f"the image count of {str(name_or_path)!r}", "img_size")
+        if problem:  # resized, they would be allocated at once
+            raise ValueError(f"{problem}; or give a smaller img_size")
         data = _resized(data, int(img_size))
     return data
 
@@ -300,6 +303,9 @@ def _load_npz(path: Path) -> ImageData:
         )
     num = _num_classes(path, labels)
     if "classes" in arrays:
+        if arrays["classes"].size > MAX_CLASSES:  # before tolist: a 4 GiB array would be billions of objects
+            raise ValueError(f"{str(path)!r}: 'classes' holds {arrays['classes'].size:,} names, above the bound of "
+                             f"{MAX_CLASSES:,} classes; save one name per class")
         classes = [str(c) for c in arrays["classes"].reshape(-1).tolist()]
         if len(classes) < num:
             raise ValueError(
