@@ -125,6 +125,26 @@ def test_a_checkpoint_spec_naming_a_file_does_not_read_it(run, tmp_path, monkeyp
         assert "aws_secret_key" not in str(err.value) and not (tmp_path / "out").exists()
 
 
+def test_a_header_describing_a_huge_backbone_is_refused_before_it_is_built(tmp_path_factory, tmp_path, monkeypatch) -> None:
+    """The header's ViT (depth and width each within their bounds, 100M+ parameters together)
+    is checked on the meta device against the file's tensors before anything is allocated."""
+    from geohead.training.model import load_trained
+
+    vit = tiny_run(tmp_path_factory, "barlow", "vit_tiny_cifar", ("optim.batch_size=8", "optim.max_steps=1"))
+    ck = load_checkpoint(vit)
+    arch = ck.meta["backbone"]
+    backbone = {**arch, "model_args": {**arch["model_args"], "embed_dim": 1536, "depth": 48}}
+    bad = save_checkpoint(tmp_path / "big.ckpt", ck.tensors, {**ck.meta, "backbone": backbone})
+    real = torch.nn.Linear.reset_parameters
+    built = []
+    monkeypatch.setattr(torch.nn.Linear, "reset_parameters",
+                        lambda self: built.append(self.weight.device.type) or real(self))
+    with pytest.raises(CheckpointError, match=r"'model' tensors do not fit the model its header describes \(backbone\."):
+        load_trained(bad)
+    assert built and set(built) == {"meta"}  # no Linear layer was made in memory
+    assert load_trained(vit).model.backbone.embed_dim == 192  # the run's own checkpoint loads
+
+
 def test_python_types_still_work_and_register_by_name() -> None:
     class Shifted(torch.nn.Module):
         def forward(self, x):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import Tensor, nn
@@ -175,11 +175,29 @@ def load_section(module: nn.Module, ck: Checkpoint, prefix: str) -> None:
         module.load_state_dict(ck.section(prefix), strict=True)
     except RuntimeError as exc:
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-        raise CheckpointError(
-            f"checkpoint {str(ck.path)!r}: its {prefix!r} tensors do not fit the model its header describes "
-            f"({' '.join(lines[1:2] or lines[:1])[:200]}); it was edited or written by another program: use the "
-            "checkpoint its run wrote, or start the run again with --overwrite"
-        ) from None
+        raise _misfit(ck, prefix, " ".join(lines[1:2] or lines[:1])) from None
+
+
+def _misfit(ck: Checkpoint, prefix: str, detail: str) -> CheckpointError:
+    return CheckpointError(
+        f"checkpoint {str(ck.path)!r}: its {prefix!r} tensors do not fit the model its header describes "
+        f"({detail[:200]}); it was edited or written by another program: use the checkpoint its run wrote, or "
+        "start the run again with --overwrite"
+    )
+
+
+def _check_shapes(ck: Checkpoint, build: Callable[[], nn.Module], prefix: str) -> None:
+    """The model ``build`` makes, built on the meta device (no memory), must hold exactly the
+    names and shapes of ``ck``'s ``prefix`` tensors: a header can describe a model of any size,
+    the tensors bound what is built for real."""
+    with torch.device("meta"):
+        shell = build()
+    expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in ck.section(prefix).items()}
+    if expected != got:
+        name = next(k for k in sorted(expected.keys() | got.keys()) if expected.get(k) != got.get(k))
+        raise _misfit(ck, prefix, f"{name}: the header's model has {expected.get(name, 'no such tensor')}, the "
+                                  f"file {got.get(name, 'no such tensor')}")
 
 
 def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.device = "cpu") -> TrainedModels:
@@ -204,10 +222,15 @@ def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.dev
     except (ValueError, TypeError) as exc:
         raise ValueError(f"checkpoint {str(ck.path)!r}: its objective and objective_hparams do not fit its head "
                          f"({exc}); it was not written by geohead train") from None
-    backbone = rebuild_backbone(meta["backbone"])
-    head = GeometricHead.from_spec(spec)
-    predictor = GeometricHead.from_spec(_header_spec(ck, "predictor_spec")) if meta.get("predictor_spec") else None
-    model = SSLModel(backbone, head, predictor, concat=objective.concat_views)
+    pred_spec = _header_spec(ck, "predictor_spec") if meta.get("predictor_spec") else None
+
+    def build() -> SSLModel:
+        predictor = GeometricHead.from_spec(pred_spec) if pred_spec is not None else None
+        return SSLModel(rebuild_backbone(meta["backbone"]), GeometricHead.from_spec(spec), predictor,
+                        concat=objective.concat_views)
+
+    _check_shapes(ck, build, "model")
+    model = build()
     load_section(model, ck, "model")
     load_section(objective, ck, "objective")
     if hasattr(objective, "set_epoch") and meta.get("epoch") is not None:
