@@ -513,3 +513,26 @@ def test_lightly_dino_example_student_and_teacher_names(tmp_path):
         t = load_pretrained(tmp_path / "dino.ckpt", teacher=True)
         assert torch.equal(t.head(z), teacher(z)) and not torch.equal(t.backbone(x), pt.backbone(x))
     assert not any("left out" in n for n in pt.layout.notes)
+
+
+@pytest.mark.parametrize("size", [30_000, 0])
+def test_a_recorded_img_size_outside_the_bound_is_refused_before_probing(tmp_path, size):
+    """A Lightning module's hyper-parameters name the input size the backbone's width is probed
+    at (a 2 x 3 x S x S batch): 30,000 would be over 20 GB before any other bound applied."""
+    from click.testing import CliRunner
+
+    from geohead.backbones import create_backbone
+    from geohead.cli import main
+    from geohead.pretrained.load import load_pretrained
+    from geohead.pretrained.read import PretrainedError
+
+    bb = create_backbone("resnet18_w16", img_size=32)
+    state = {f"backbone.{k}": v for k, v in bb.state_dict().items()}
+    torch.save({"state_dict": state, "pytorch-lightning_version": "2.4.0", "hyper_parameters": {"img_size": size}},
+               tmp_path / "pl.ckpt")
+    with pytest.raises(PretrainedError, match=f"records img_size={size}, outside 1 to 1,024; pass --img-size"):
+        load_pretrained(tmp_path / "pl.ckpt", architecture="resnet18_w16")
+    res = CliRunner().invoke(main, ["export", str(tmp_path / "pl.ckpt"), "--out", str(tmp_path / "e"),
+                                    "--architecture", "resnet18_w16"])
+    assert res.exit_code == 2 and "--img-size" in res.output and not (tmp_path / "e").exists(), res.output
+    assert load_pretrained(tmp_path / "pl.ckpt", architecture="resnet18_w16", img_size=32).img_size == 32

@@ -18,12 +18,14 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
+from geohead.data.loaders import MAX_IMG_SIZE
 from geohead.heads import GeometricHead
 from geohead.heads.layers import activation_layer
 from geohead.heads.convert import HeadConversionError, MLPLayout, compare_outputs, layout_from_state, reference_forward
 from geohead.pretrained.backbone import build_backbone
 from geohead.pretrained.layouts import METHOD_NAMES, RECIPE_ACTIVATION, Layout, split
 from geohead.pretrained.read import PretrainedError, load_file
+from geohead.io import shorten
 
 
 @dataclasses.dataclass
@@ -193,6 +195,9 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
         layout.notes.append(f"head activation {act!r}: {why}; pass --activation to change it")
     recorded_size = layout.meta.get("img_size")
     if img_size is None and isinstance(recorded_size, int) and not isinstance(recorded_size, bool):
+        if not 1 <= recorded_size <= MAX_IMG_SIZE:  # the backbone's width is probed at this size
+            raise PretrainedError(f"{str(source)!r} records img_size={shorten(str(recorded_size))}, outside 1 to "
+                                  f"{MAX_IMG_SIZE:,}; pass --img-size with the size its backbone was trained at")
         img_size = recorded_size  # a Lightning module's hyper-parameters
     backbone = build_backbone(layout.backbone, architecture, model_args, img_size)
     head = teacher = check = None
