@@ -71,6 +71,8 @@ def world(tmp_path_factory) -> Path:
     save_checkpoint(w / "no_norm.ckpt", ck.tensors, {**ck.meta, "data": {"name": "shapes"}})  # no mean / std recorded
     shutil.copytree(run, w / "run_no_optim")  # this run's folder, its checkpoint without the optimiser's state
     save_checkpoint(w / "run_no_optim" / "last.safetensors", ck.tensors, {k: v for k, v in ck.meta.items() if k != "optimizer"})
+    save_checkpoint(w / "config_list.ckpt", ck.tensors, {**ck.meta, "config": [1]})
+    save_checkpoint(w / "probe_text.ckpt", ck.tensors, {**ck.meta, "config": {**ck.meta["config"], "probe": "x"}})
     shutil.copytree(run, w / "run_bad_step")  # a step this run cannot reach, under a checksum that holds
     save_checkpoint(w / "run_bad_step" / "last.safetensors", ck.tensors, {**ck.meta, "step": -10 ** 12})
     shutil.copytree(run, w / "run_sparse_metrics")
@@ -221,6 +223,11 @@ CLI: list[tuple[str, list[str], str]] = [
     # diagnose
     ("diagnose-export-config-deeply-nested", ["diagnose", "exp_deep", "--json", "d.json"], "config.json"),
     ("diagnose-export-config-huge", ["diagnose", "exp_huge", "--json", "d.json"], "MiB"),
+    ("diagnose-ckpt-config-list", ["diagnose", "config_list.ckpt", "--json", "d.json"], "config is not a table"),
+    ("diagnose-ckpt-probe-text", ["diagnose", "probe_text.ckpt", "--json", "d.json"], "config.probe is not a table"),
+    ("diagnose-export-pretrained-cfg-list", ["diagnose", "exp_cfg_list", "--json", "d.json"], "pretrained_cfg is a list"),
+    ("diagnose-export-files-list", ["diagnose", "exp_files_list", "--json", "d.json"], "geohead.files is a list"),
+    ("diagnose-export-input-size-dict", ["diagnose", "exp_size_dict", "--json", "d.json"], "not [3, H, W]: pass --img-size"),
     ("diagnose-json-through-file", ["diagnose", "run", "--json", "file.txt/d.json"], "file.txt"),
     ("diagnose-json-is-folder", ["diagnose", "run", "--json", "folder"], "folder"),
     ("diagnose-missing", ["diagnose", "nowhere"], "nowhere"),
@@ -253,6 +260,13 @@ def prepared(world) -> Path:
         for name, text in {"exp_deep": "[" * 100_000 + "]" * 100_000, "exp_huge": " " * (1 << 20) + "{}"}.items():
             export_backbone(world / "run", world / name)
             (world / name / "config.json").write_text(text)
+        for name, edit in {"exp_cfg_list": lambda c: c.update(pretrained_cfg=[1]),
+                           "exp_files_list": lambda c: c["geohead"].update(files=[1]),
+                           "exp_size_dict": lambda c: c["pretrained_cfg"].update(input_size={"a": 1})}.items():
+            export_backbone(world / "run", world / name, with_head=True)
+            config = json.loads((world / name / "config.json").read_text())
+            edit(config)
+            (world / name / "config.json").write_text(json.dumps(config))
         shutil.copytree(world / "run", flip)
         shutil.copy(world / "bitflip.ckpt", flip / "last.safetensors")
         (world / "folder_full").mkdir()

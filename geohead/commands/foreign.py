@@ -149,9 +149,13 @@ def _diagnose_export(source: str, data: str | None, data_test: str | None, data_
     objective = method or (g.get("provenance") or {}).get("objective")
     if objective is None:
         raise PretrainedError(f"{source!r} records no objective; pass --method (barlow, vicreg, simclr, byol, simsiam, dino)")
-    size = img_size or int((pc.get("input_size") or [3, 32, 32])[-1])
+    shape = pc.get("input_size") or [3, 32, 32]
+    side = shape[-1] if isinstance(shape, list) and shape else None
+    if img_size is None and (isinstance(side, bool) or not isinstance(side, int)):
+        raise PretrainedError(f"{source!r} records input_size {str(pc.get('input_size'))[:40]}, not [3, H, W]: pass --img-size")
     backbone = load_backbone(source)
-    head = load_head(source) if has_head else identity_head(int(g["backbone"]["num_features"]))
+    size = img_size or side
+    head = load_head(source) if has_head else identity_head(int(backbone.num_features))
     return diagnose_model(backbone, head, objective, data=data or "shapes", data_test=data_test,
                           data_root=data_root, mean=mean or pc.get("mean"), std=std or pc.get("std"), img_size=size,
                           settings=settings, progress=progress,

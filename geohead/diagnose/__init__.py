@@ -136,6 +136,11 @@ def _config(meta: dict[str, Any], s: DiagnoseSettings):
     from geohead.training.config import ConfigError, config_from_dict
 
     d = json.loads(json.dumps(meta.get("config") or {}))
+    bad = [k for k, v in (("config", d), *((f"config.{k}", d.get(k)) for k in ("head", "data", "probe") if isinstance(d, dict)))
+           if v is not None and not isinstance(v, dict)]
+    if bad:
+        raise ValueError(f"the checkpoint's {bad[0]} is not a table: it was edited or not written by geohead train; "
+                         "use the checkpoint its run wrote")
     d.setdefault("head", {})["file"] = None  # the head comes from the checkpoint's head_spec
     for key in ("track", "optim"):  # training's logging and optimiser: not used here (and bounded tighter than older runs were)
         d.pop(key, None)

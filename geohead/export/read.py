@@ -51,6 +51,11 @@ def read_config(path: str | os.PathLike) -> dict[str, Any]:
             f"{str(cfg_path)!r} has no geohead section (format {EXPORT_FORMAT!r}): not written by geohead export; "
             "a plain timm folder loads with timm.create_model('local-dir:...', pretrained=True)"
         )
+    for key, value in (("geohead.files", g.get("files")), ("geohead.provenance", g.get("provenance")),
+                       ("pretrained_cfg", config.get("pretrained_cfg"))):
+        if value is not None and not isinstance(value, dict):
+            raise ExportError(f"{str(cfg_path)!r}: {key} is a {type(value).__name__}, not a table: it was edited or not "
+                              "written by geohead export; export again")
     return config
 
 
