@@ -41,7 +41,6 @@ __all__ = [
     "path_in",
     "read_bytes_in",
     "read_json",
-    "read_json_lines",
     "read_safetensors",
     "read_small",
     "refuse_links_out",
@@ -251,13 +250,6 @@ def json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[s
                 except (ValueError, RecursionError):
                     value = None
                 yield line, None if too_deep(value, MAX_JSON_NESTING) else value
-
-
-def read_json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError
-                    ) -> list[dict[str, Any]]:
-    """The JSON objects of a JSON-lines file (metrics.jsonl, a monitor's log) by :func:`json_lines`;
-    lines that are not JSON objects (a torn last line, a line nested too deeply) are left out."""
-    return [record for _, record in json_lines(path, what, hint, error) if isinstance(record, dict)]
 
 
 def read_json(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError) -> Any:

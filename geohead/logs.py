@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from geohead.io import append_text, atomic_write_text
+from geohead.io import append_text, atomic_write
 
 
 class CsvLog:
@@ -38,16 +38,32 @@ class CsvLog:
     def _widen(self) -> None:
         """Rewrite the file's rows under the file's header widened by ``fields``."""
         with open(self.path, newline="", encoding="utf-8") as f:
-            reader = csv.DictReader(f)
-            rows = list(reader)
-        self.rewrite(rows, list(dict.fromkeys([*(reader.fieldnames or []), *self.fields])))
+            header = next(csv.reader(f), [])
+        self.rewrite(self._rows, list(dict.fromkeys([*header, *self.fields])))
 
-    def rewrite(self, records: Sequence[dict[str, Any]], fields: Sequence[str] | None = None) -> None:
-        """Replace the file by ``records`` (the header: ``fields``, else the records' keys in order
-        of first appearance); no records leave an empty file."""
-        self.fields = list(fields) if fields is not None else list(dict.fromkeys(k for r in records for k in r))
-        atomic_write_text(self.path, self._text(records, header=True) if records else "")
-        self._has_header = bool(records)
+    def _rows(self) -> Iterator[dict[str, Any]]:
+        with open(self.path, newline="", encoding="utf-8") as f:
+            yield from csv.DictReader(f)
+
+    def rewrite(self, records: Callable[[], Iterable[dict[str, Any]]], fields: Sequence[str] | None = None) -> None:
+        """Replace the file by the records ``records()`` yields (the header: ``fields``, else their
+        keys in order of first appearance, from a first pass over them); no records leave an empty
+        file. Rows are streamed to the file, so a log of millions of rows is never held whole."""
+        self.fields = list(fields) if fields is not None else list(dict.fromkeys(k for r in records() for k in r))
+        written = 0
+
+        def write(tmp: Path) -> None:
+            nonlocal written
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                w = csv.DictWriter(f, fieldnames=self.fields, restval="", extrasaction="ignore")
+                for rec in records():
+                    if not written:
+                        w.writeheader()
+                    w.writerow(rec)
+                    written += 1
+
+        atomic_write(self.path, write)
+        self._has_header = bool(written)
 
     def _text(self, records: Sequence[dict[str, Any]], header: bool) -> str:
         buf = io.StringIO()

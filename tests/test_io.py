@@ -1,6 +1,7 @@
 """geohead.io: atomic writes (old file kept on failure, no temp files left), safetensors round trips."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -86,12 +87,51 @@ def test_outermost_new_is_the_first_folder_a_mkdir_would_make(tmp_path) -> None:
 def test_json_lines_stream_records_and_skip_overlong_or_deep_lines(tmp_path) -> None:
     """A metrics file with a 2 MiB line and a line nested 10^5 deep between records: the records
     come back in order, the overlong line unread and the deep one as None (not a RecursionError)."""
-    from geohead.io import json_lines, read_json_lines
+    from geohead.io import json_lines
 
     path = tmp_path / "metrics.jsonl"
     deep = "[" * 100_000 + "]" * 100_000
     path.write_text('{"step": 1}\n' + '{"x": "' + "a" * (2 << 20) + '"}\n' + deep + "\n\n" + '{"step": 2}')
     assert [(line, value) for line, value in json_lines(path, "metrics file", "")] == [
         ('{"step": 1}', {"step": 1}), (deep, None), ('{"step": 2}', {"step": 2})]
-    assert read_json_lines(path, "metrics file", "") == [{"step": 1}, {"step": 2}]
+    shallow = "[" * 64 + "]" * 64  # parses; one level more is refused as every JSON geohead reads is
+    path.write_text(f"{shallow}\n[{shallow}]\n")
+    assert [value for _, value in json_lines(path, "metrics file", "")] == [json.loads(shallow), None]
 
+
+
+def test_a_report_thins_a_long_log_evenly(tmp_path, monkeypatch) -> None:
+    """More loss records than a report plots: every 2^k-th is kept, the first included, at most the bound."""
+    from geohead.report import run_plots
+
+    monkeypatch.setattr(run_plots, "MAX_PLOTTED", 100)
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(1000)))
+    losses, monitors = run_plots.read_metrics(tmp_path)
+    assert [r["step"] for r in losses] == list(range(0, 1000, 16)) and monitors == []  # 63 records, stride 16
+    thin = run_plots.Thinned(4)
+    for i in range(9):
+        thin.add({"step": i})
+    assert [r["step"] for r in thin.kept] == [0, 4, 8]
+
+
+def test_the_metrics_csv_is_rewritten_from_a_stream(tmp_path) -> None:
+    """A resumed run rewrites metrics.csv from metrics.jsonl: the same rows as the records, the
+    header their keys in order of first appearance, without holding the records (a generator)."""
+    import csv
+
+    from geohead.logs import CsvLog
+    from geohead.training.tracker import records
+
+    path = tmp_path / "metrics.jsonl"
+    recs = [{"step": 1, "loss": 2.5}, {"step": 2, "kind": "monitor", "rankme_head": 3.0}, {"step": 3, "loss": 1.5}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs) + "torn {\n")
+    log = CsvLog(tmp_path / "metrics.csv", grow=True)
+    calls = []
+    log.rewrite(lambda: calls.append(1) or records(path))
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv", newline="")))
+    assert list(rows[0]) == ["step", "loss", "kind", "rankme_head"] and len(calls) == 2
+    assert [{k: v for k, v in r.items() if v != ""} for r in rows] == [{k: str(v) for k, v in r.items()} for r in recs]
+    log.write({"step": 4, "loss": 1.0, "lr": 0.1})  # a new key widens the file's header, rows kept
+    rows = list(csv.DictReader(open(tmp_path / "metrics.csv", newline="")))
+    assert list(rows[0]) == ["step", "loss", "kind", "rankme_head", "lr"] and [r["step"] for r in rows] == ["1", "2", "3", "4"]
+    assert rows[-1]["lr"] == "0.1" and rows[0]["lr"] == ""

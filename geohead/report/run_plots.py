@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from geohead.io import MAX_SMALL_FILE, read_json_lines
+from geohead.io import MAX_SMALL_FILE, json_lines
 from geohead.plotting import agg_figure
 
 #: The most probe targets a guillotine figure draws (a run's are the class and a few nuisance factors).
@@ -67,17 +67,40 @@ def read_metrics(run: str | os.PathLike, error: Callable[[str], Exception] = Val
     records those holding a ``loss`` (what ``GeometryMonitor.log_loss`` gives them). Lines that
     fail to parse are skipped; a file above :data:`geohead.io.MAX_RECORDS_FILE` bytes is ``error``."""
     path = Path(run) / "metrics.jsonl"
-    losses, monitors = [], []
+    losses, monitors = Thinned(MAX_PLOTTED), Thinned(MAX_PLOTTED)
     paths = [path] if path.is_file() else monitor_files(run)
     hint = "a run's records are far smaller: this is not a run's metrics file"
-    for rec in (r for p in paths for r in read_json_lines(p, "metrics file", hint, error)):
-        if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
-            monitors.append(rec)
-            if paths != [path] and "loss" in rec:  # a loss logged on a GeometryMonitor record
-                losses.append(rec)
-        elif "loss" in rec:
-            losses.append(rec)
-    return losses, monitors
+    for p in paths:
+        for _, rec in json_lines(p, "metrics file", hint, error):
+            if not isinstance(rec, dict):
+                continue
+            if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
+                monitors.add(rec)
+                if paths != [path] and "loss" in rec:  # a loss logged on a GeometryMonitor record
+                    losses.add(rec)
+            elif "loss" in rec:
+                losses.add(rec)
+    return losses.kept, monitors.kept
+
+
+#: The most records of one kind a report plots: a longer log is thinned evenly (every 2nd, 4th, ... record).
+MAX_PLOTTED = 100_000
+
+
+class Thinned:
+    """At most ``limit`` of the records added, evenly spaced: when full, every other record kept so
+    far is dropped and from then on only every ``stride``-th added is kept, so memory stays bounded
+    however long the log."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.stride, self.seen, self.kept = limit, 1, 0, []
+
+    def add(self, rec: dict) -> None:
+        if self.seen % self.stride == 0:
+            self.kept.append(rec)
+            if len(self.kept) > self.limit:
+                self.kept, self.stride = self.kept[::2], self.stride * 2
+        self.seen += 1
 
 
 def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:

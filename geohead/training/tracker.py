@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.training.config import TrainConfig
-from geohead.io import append_text, atomic_write_text, json_lines, read_json_lines
+from geohead.io import append_text, atomic_write_text, json_lines
 from geohead.logs import CsvLog, TensorBoardLog
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
@@ -37,7 +37,7 @@ class Tracker:
         self._csv = CsvLog(path.with_suffix(".csv"), grow=True)  # the keys of monitor records vary: the header grows
         self._tb = TensorBoardLog(path.parent, "train") if enabled and cfg.track.tensorboard else None
         if enabled:  # a resumed run keeps the lines of metrics.jsonl up to its checkpoint: the CSV holds the same
-            self._csv.rewrite(read_records(path))
+            self._csv.rewrite(lambda: records(path))
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled:
@@ -96,11 +96,11 @@ class Tracker:
 METRICS_HINT = "start the run in a new folder, or with --overwrite"
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """The JSON objects of ``metrics.jsonl`` (none when it is missing), other lines left out."""
-    if not path.exists():
-        return []
-    return read_json_lines(path, "metrics file", METRICS_HINT)
+def records(path: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of ``metrics.jsonl`` (none when it is missing), other lines left out;
+    streamed, never held whole."""
+    if path.exists():
+        yield from (rec for _, rec in json_lines(path, "metrics file", METRICS_HINT) if isinstance(rec, dict))
 
 
 def truncate_metrics(path: Path, step: int) -> int:
