@@ -374,3 +374,20 @@ def test_package_namespace_is_lazy() -> None:
     assert out.stdout.split() == ["False", "True", "True"]
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         geohead.nope  # noqa: B018
+
+
+def test_an_out_under_tilde_goes_to_the_home_folder_it_was_checked_in(resnet_run, tmp_path, monkeypatch) -> None:
+    """`--out '~/e'` (quoted: the shell did not expand it) was checked in the home folder and written
+    to a folder named '~' in the working directory; export and report now write where they checked."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    res = CliRunner().invoke(main, ["export", str(resnet_run), "--out", "~/e"])
+    assert res.exit_code == 0, res.output
+    assert (home / "e" / "model.safetensors").is_file() and not (work / "~").exists()
+    assert export_backbone(resnet_run, "~/e2").out_dir == home / "e2"
+    res = CliRunner().invoke(main, ["report", str(resnet_run), "--out", "~/r"])
+    assert res.exit_code == 0, res.output
+    assert (home / "r" / "report.html").is_file() and not (work / "~").exists()

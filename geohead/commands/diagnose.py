@@ -56,7 +56,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
         families=tuple(f.strip() for f in families.split(",") if f.strip()), probes=not no_probes, linear=not no_linear,
         seed=seed, device=device,
     )
-    out = Path(json_path) if json_path else default_json_path(source)
+    out = Path(json_path).expanduser() if json_path else default_json_path(source)  # as folder_problem reads it
     problem = "it is a folder" if out.is_dir() else folder_problem(out.parent)
     if problem:
         fail(f"--json {str(out)!r} cannot be written: {problem}; give another --json path")

@@ -186,11 +186,12 @@ def export_backbone(
         raise ExportError(f"out_dir must be a folder path (str or pathlib.Path), got {type(out_dir).__name__} {str(out_dir)[:60]!r}")
     if dtype not in DTYPES:
         raise ExportError(f"unknown dtype {dtype!r}; choose one of {list(DTYPES)}")
-    problem = folder_problem(out_dir)
+    out = Path(out_dir).expanduser()  # as folder_problem reads it
+    problem = folder_problem(out)
     if problem:
         raise ExportError(f"--out {str(out_dir)!r} cannot be written: {problem}; choose another folder")
-    if Path(out_dir).exists() or Path(out_dir).is_symlink():  # refused before the source loads; _place checks again
-        problem = _occupied(Path(out_dir), overwrite)
+    if out.exists() or out.is_symlink():  # refused before the source loads; _place checks again
+        problem = _occupied(out, overwrite)
         if problem:
             raise ExportError(problem)
     if isinstance(source, nn.Module):
@@ -218,7 +219,6 @@ def export_backbone(
     config = timm_config(model, src.config, mean, std, interpolation)
     config["geohead"] = _geohead_record(src, dtype, timm_loadable, checksum, head_checksum)
 
-    out = Path(out_dir)
     recovered = recover_interrupted(out)
     try:
         _write_folder(out, overwrite, src, config, tensors, head_tensors, dtype, checksum, head_checksum)

@@ -360,7 +360,7 @@ def make_report(folder: str | os.PathLike, out_dir: str | os.PathLike | None = N
     except MatplotlibMissing as exc:
         raise ReportError(f"geohead report needs matplotlib, which cannot be imported here ({exc.reason}); install it "
                           "with `pip install matplotlib` (it is a geohead dependency)") from None
-    out = Path(out_dir) if out_dir is not None else folder
+    out = Path(out_dir).expanduser() if out_dir is not None else folder  # as folder_problem reads it
     problem = folder_problem(out)
     if problem:
         raise ReportError(f"cannot write the report to {str(out)!r}: {problem}; give another --out folder")
