@@ -238,3 +238,18 @@ def test_the_docs_npz_recipe_writes_files_the_loader_reads(tmp_path: Path, monke
         ref = FakeCIFAR10("data", split == "train", True)
         assert d.images.shape == (n, 3, 32, 32) and torch.equal(d.images, torch.from_numpy(ref.data).permute(0, 3, 1, 2))
         assert d.labels.tolist() == ref.targets and d.class_names == ref.classes
+
+
+def test_an_image_is_decoded_only_as_the_formats_its_extensions_name(tmp_path: Path) -> None:
+    """A PCX file named .png opens in PIL by its bytes; the loader refuses it (an EPS so named
+    would reach Ghostscript), while the same pixels saved as PNG load."""
+    from PIL import Image
+
+    pixels = np.full((8, 8, 3), 90, np.uint8)
+    for name, fmt in (("ok", "PNG"), ("bad", "PCX")):
+        (tmp_path / name / "a").mkdir(parents=True)
+        Image.fromarray(pixels).save(tmp_path / name / "a" / "x.png", format=fmt)
+    assert Image.open(tmp_path / "bad" / "a" / "x.png").format == "PCX"
+    assert torch.equal(load_dataset(tmp_path / "ok", img_size=8).images[0], torch.from_numpy(pixels).permute(2, 0, 1))
+    with pytest.raises(ValueError, match=r"x.png' cannot be decoded \(UnidentifiedImageError"):
+        load_dataset(tmp_path / "bad", img_size=8)

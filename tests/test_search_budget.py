@@ -104,3 +104,24 @@ def test_no_decision_after_the_first_epoch_alone(tmp_path) -> None:
     for t in load(out).trials:
         if t.intermediate_values:
             assert min(t.intermediate_values) == 8, t.intermediate_values
+
+
+def test_a_trial_config_linking_out_is_not_read_to_resume(tmp_path) -> None:
+    """A trial folder resumes when its config.json equals the trial's; one that is a link out of
+    the folder is not followed (the trial trains afresh, and training refuses the link)."""
+    import os
+    import types
+
+    from geohead.search.trial import _same_run
+
+    cfg = types.SimpleNamespace(to_json=lambda: '{"seed": 3}')
+    outside = tmp_path / "elsewhere.json"
+    outside.write_text('{"seed": 3}')
+    run = tmp_path / "trials" / "0000"
+    run.mkdir(parents=True)
+    (run / "last.safetensors").write_bytes(b"x")
+    (run / "config.json").write_text('{"seed": 3}')
+    assert _same_run(run, cfg)
+    (run / "config.json").unlink()
+    os.symlink(outside, run / "config.json")
+    assert not _same_run(run, cfg)

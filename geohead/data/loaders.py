@@ -22,6 +22,9 @@ DATASET_NAMES: tuple[str, ...] = ("shapes", "cifar10", "cifar100")
 SHAPES_TRAIN_N = 10_000
 SHAPES_TEST_N = 2_000
 IMAGE_EXTENSIONS: tuple[str, ...] = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
+#: The PIL decoders those extensions name; a file is decoded only as one of them, whatever its
+#: bytes say (PIL would otherwise open an EPS named .png through Ghostscript).
+IMAGE_FORMATS: tuple[str, ...] = ("PNG", "JPEG", "BMP", "GIF", "WEBP", "TIFF", "PPM")
 NPZ_LAYOUT = (
     "an .npz with 'images' uint8 (N, H, W, 3) (or (N, H, W) grayscale), 'labels' integer (N,) and "
     "optionally 'classes' str (C,)"
@@ -400,7 +403,7 @@ def _read_image(folder: Path, f: Path, img_size: int | None) -> np.ndarray:
         raise ValueError(f"image {str(f)!r} is a symbolic link to {str(real)!r}, outside the image folder {str(folder)!r}; "
                          "geohead reads only inside the folder it was given: copy the image there")
     try:
-        with warnings.catch_warnings(), Image.open(f) as im:  # a size PIL only warns about is refused below
+        with warnings.catch_warnings(), Image.open(f, formats=IMAGE_FORMATS) as im:  # a size PIL only warns about is refused below
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             w, h = im.size
             if w * h > MAX_FILE_PIXELS or w < 1 or h < 1:
