@@ -252,10 +252,13 @@ def json_lines(path: str | os.PathLike, what: str, hint: str, error: Callable[[s
                 yield line, None if too_deep(value, MAX_JSON_NESTING) else value
 
 
-def read_json(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError) -> Any:
-    """The JSON value of the file ``path``, read whole only below :data:`MAX_JSON_FILE` bytes
-    (:func:`read_small`) and parsed by :func:`parse_json`; ``error`` naming the file otherwise."""
-    return parse_json(read_small(path, what, hint, error, MAX_JSON_FILE), f"{what} {str(path)!r}", error)
+def read_json(path: str | os.PathLike, what: str, hint: str, error: Callable[[str], Exception] = ValueError,
+              limit: int = MAX_JSON_FILE) -> Any:
+    """The JSON value of the file ``path``, read whole only below ``limit`` bytes (a JSON file of
+    results: :data:`MAX_JSON_FILE`; a config, a small record: :data:`MAX_SMALL_FILE`; parsed, a
+    file takes ~25 times its size) by :func:`read_small`, parsed by :func:`parse_json`; ``error``
+    naming the file otherwise."""
+    return parse_json(read_small(path, what, hint, error, limit), f"{what} {str(path)!r}", error)
 
 
 def outermost_new(path: str | os.PathLike) -> Path | None:

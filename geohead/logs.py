@@ -20,6 +20,10 @@ class CsvLog:
     (:func:`geohead.io.append_text`) and a rewrite replaces a link instead of writing through it.
     """
 
+    #: The most columns a growing log takes: keys first seen after them are left out (a run's
+    #: records hold a few dozen; a log of records with ever-new keys would grow rows x keys).
+    MAX_FIELDS = 512
+
     def __init__(self, path: str | Path, fields: Sequence[str] = (), grow: bool = False) -> None:
         self.path, self.fields, self.grow = Path(path), list(fields), grow
         self._has_header = False
@@ -28,7 +32,7 @@ class CsvLog:
         """Append ``rec`` as one row."""
         if not self._has_header and self.path.exists() and self.path.stat().st_size:
             self._has_header = True  # rows of an earlier run under the same header: continue them
-        new = [k for k in rec if k not in self.fields] if self.grow else []
+        new = [k for k in rec if k not in self.fields][:max(self.MAX_FIELDS - len(self.fields), 0)] if self.grow else []
         self.fields += new
         if new and self._has_header:
             self._widen()
@@ -39,7 +43,7 @@ class CsvLog:
         """Rewrite the file's rows under the file's header widened by ``fields``."""
         with open(self.path, newline="", encoding="utf-8") as f:
             header = next(csv.reader(f), [])
-        self.rewrite(self._rows, list(dict.fromkeys([*header, *self.fields])))
+        self.rewrite(self._rows, list(dict.fromkeys([*header, *self.fields]))[:max(self.MAX_FIELDS, len(self.fields))])
 
     def _rows(self) -> Iterator[dict[str, Any]]:
         with open(self.path, newline="", encoding="utf-8") as f:
@@ -49,7 +53,9 @@ class CsvLog:
         """Replace the file by the records ``records()`` yields (the header: ``fields``, else their
         keys in order of first appearance, from a first pass over them); no records leave an empty
         file. Rows are streamed to the file, so a log of millions of rows is never held whole."""
-        self.fields = list(fields) if fields is not None else list(dict.fromkeys(k for r in records() for k in r))
+        if fields is None:
+            fields = list(dict.fromkeys(k for r in records() for k in r))[:self.MAX_FIELDS]
+        self.fields = list(fields)
         written = 0
 
         def write(tmp: Path) -> None:

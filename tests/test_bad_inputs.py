@@ -73,6 +73,8 @@ def world(tmp_path_factory) -> Path:
     save_checkpoint(w / "run_no_optim" / "last.safetensors", ck.tensors, {k: v for k, v in ck.meta.items() if k != "optimizer"})
     save_checkpoint(w / "config_list.ckpt", ck.tensors, {**ck.meta, "config": [1]})
     save_checkpoint(w / "probe_text.ckpt", ck.tensors, {**ck.meta, "config": {**ck.meta["config"], "probe": "x"}})
+    (w / "run_stray").mkdir()  # another program's metrics.jsonl, no config.json: a run would read and append to it
+    (w / "run_stray" / "metrics.jsonl").write_text(json.dumps({f"k{i}": i for i in range(500)}) + "\n")
     shutil.copytree(run, w / "run_bad_step")  # a step this run cannot reach, under a checksum that holds
     save_checkpoint(w / "run_bad_step" / "last.safetensors", ck.tensors, {**ck.meta, "step": -10 ** 12})
     shutil.copytree(run, w / "run_sparse_metrics")
@@ -661,6 +663,8 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
         ("train-out-another-programs-config", ["train", RECIPE, *TRAIN_TINY, "--out", "folder_hf"], "not this run's"),
         ("train-resume-no-optimiser-state", ["train", RECIPE, *TRAIN_TINY, "--out", "run_no_optim"], "optimiser state"),
+        ("train-out-holds-stray-run-files", ["train", RECIPE, *TRAIN_TINY, "--out", "run_stray"],
+         "holds metrics.jsonl but no config.json or checkpoint"),
         ("train-resume-step-outside-the-run", ["train", RECIPE, *TRAIN_TINY, "--out", "run_bad_step"], "step -1000000000000"),
         ("diagnose-ckpt-no-normalisation", ["diagnose", "no_norm.ckpt", "--json", "d.json"], "no training normalisation"),
         ("diagnose-ckpt-metadata-deep", ["diagnose", "deep_meta.ckpt", "--json", "d.json"], "nested too deeply"),

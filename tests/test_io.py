@@ -135,3 +135,30 @@ def test_the_metrics_csv_is_rewritten_from_a_stream(tmp_path) -> None:
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv", newline="")))
     assert list(rows[0]) == ["step", "loss", "kind", "rankme_head", "lr"] and [r["step"] for r in rows] == ["1", "2", "3", "4"]
     assert rows[-1]["lr"] == "0.1" and rows[0]["lr"] == ""
+
+
+def test_a_growing_csv_log_takes_at_most_its_column_bound(tmp_path) -> None:
+    """Records with ever-new keys (200 of 500 keys each) grew the header and every row with them:
+    rows x keys cells. The log keeps the first MAX_FIELDS keys, in the file and in a rewrite."""
+    import csv
+
+    from geohead.logs import CsvLog
+
+    log = CsvLog(tmp_path / "m.csv", grow=True)
+    recs = [{"step": i, **{f"k{i}_{j}": j for j in range(500)}} for i in range(4)]
+    for r in recs:
+        log.write(r)
+    rows = list(csv.reader(open(tmp_path / "m.csv", newline="")))
+    assert len(rows[0]) == CsvLog.MAX_FIELDS == 512 and [r[0] for r in rows[1:]] == ["0", "1", "2", "3"]
+    assert rows[0][:3] == ["step", "k0_0", "k0_1"] and rows[0][-1] == "k1_10"
+    log.rewrite(lambda: iter(recs))
+    assert len(next(csv.reader(open(tmp_path / "m.csv", newline="")))) == 512
+
+
+def test_a_trials_table_of_a_study_with_junk_keys_is_written_within_what_is_read(tmp_path) -> None:
+    from geohead.search.results import MAX_COLUMNS, read_trials_csv, write_trials_csv
+
+    rows = [{"number": i, "state": "COMPLETE", "value": 0.5, **{f"junk{j}": j for j in range(1000)}} for i in range(3)]
+    write_trials_csv(rows, tmp_path / "trials.csv")
+    back = read_trials_csv(tmp_path / "trials.csv")
+    assert len(back) == 3 and len(back[0]) == MAX_COLUMNS and back[2]["number"] == 2 and back[0]["value"] == 0.5

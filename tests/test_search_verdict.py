@@ -361,3 +361,27 @@ def test_bad_workers_and_confirm_seeds_exit_2(args, match, tmp_path) -> None:
     r = CliRunner().invoke(main, ["search", "--out", str(tmp_path / "s"), *args])
     assert r.exit_code == 2 and match in r.output and "Traceback" not in r.output
     assert len(r.output) < 1000 and not (tmp_path / "s").exists()      # a huge value is not echoed back
+
+
+@pytest.mark.parametrize("stored, reused", [({"value": 0.5, "knn_backbone": 0.3}, True), ({"value": 0.5}, True),
+                                            ({"knn_backbone": 0.3}, False), ({"value": "x"}, False),
+                                            ({"value": float("nan")}, False), ({"value": 0.5, "knn_backbone": [1]}, False)])
+def test_a_stored_verdict_result_is_reused_only_when_it_holds_finite_measures(tmp_path, stored, reused) -> None:
+    """A result.json of the same head is reused; one without a finite value (edited, or another
+    program's) is measured again and replaced (it raised a KeyError, or reached the noise model)."""
+    from geohead.search.verdict import _confirmed
+
+    spec = HeadSpec(in_dim=8, out_dim=4)
+    folder = tmp_path / "pick_s1"
+    folder.mkdir()
+    (folder / "result.json").write_text(json.dumps({**stored, "head": spec.to_dict(), "seed": 1}))
+    calls = []
+
+    def measure(spec, seed, folder):
+        calls.append(seed)
+        return {"value": 0.25, "knn_backbone": 0.125}
+
+    rec = _confirmed(spec, 1, folder, measure, lambda s: None, "pick")
+    assert (calls == []) == reused
+    assert rec["value"] == (stored["value"] if reused else 0.25)
+    assert json.loads((folder / "result.json").read_text())["value"] == rec["value"]

@@ -82,7 +82,8 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
     middle = [k for k in keys if k not in first and k not in last]
     screen = sorted(k for k in middle if k.startswith("screen_"))
     rest = [k for k in middle if not k.startswith("screen_")]
-    return first + screen + rest + last
+    room = max(MAX_COLUMNS - len(first) - len(last), 0)  # what read_trials_csv reads back; a study's junk keys past it are left out
+    return first + (screen + rest)[:room] + last
 
 
 def rung_rows(study: Any) -> list[dict[str, Any]]:

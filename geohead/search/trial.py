@@ -349,13 +349,13 @@ def _same_run(out: Path, cfg: Any) -> bool:
     """Whether ``out`` holds a checkpointed run of ``cfg`` to resume (its config.json equals it)."""
     import json
 
-    from geohead.io import path_in, read_json
+    from geohead.io import MAX_SMALL_FILE, path_in, read_json
 
     try:  # an unreadable config, or one linking out of the folder, is not this run's: the trial trains afresh
         saved = path_in(out, "config.json", "run file")
         if not ((out / LAST).is_file() and saved.is_file()):
             return False
-        return read_json(saved, "config", "remove it") == json.loads(cfg.to_json())
+        return read_json(saved, "config", "remove it", limit=MAX_SMALL_FILE) == json.loads(cfg.to_json())
     except ValueError:
         return False
 

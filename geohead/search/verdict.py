@@ -232,20 +232,30 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., d
                echo: Callable[[str], None], label: str, steps: int | None = None, what: str = "") -> dict[str, float]:
     """``measure(spec, seed, folder)`` (with ``steps=steps`` when given), or the stored result of an
     earlier run of the same head; ``what`` says the runs' own schedule and backbone in the progress line."""
-    from geohead.io import atomic_write_text, path_in, read_json
+    from geohead.io import MAX_SMALL_FILE, atomic_write_text, path_in, read_json
 
     path = folder / "result.json"
     try:  # an unreadable, oversized or linked-out record is measured again and replaced
-        stored = read_json(path_in(folder, "result.json", "verdict result"), "verdict result", "") if path.is_file() else None
+        stored = read_json(path_in(folder, "result.json", "verdict result"), "verdict result", "",
+                           limit=MAX_SMALL_FILE) if path.is_file() else None
     except ValueError:
         stored = None
-    if isinstance(stored, dict) and stored.get("head") == spec.to_dict():
+    if isinstance(stored, dict) and stored.get("head") == spec.to_dict() and _measured(stored):
         return stored
     echo(f"verdict: training the {label} head at seed {seed}: {spec.describe()}{what}")
     measured = measure(spec, seed, folder) if steps is None else measure(spec, seed, folder, steps=steps)
     rec = {**measured, "head": spec.to_dict(), "seed": seed}
     atomic_write_text(path, json.dumps(rec, indent=2) + "\n")
     return rec
+
+
+def _measured(rec: dict[str, Any]) -> bool:
+    """Whether a stored result holds what the verdict compares: a finite ``value`` and a finite
+    ``knn_backbone`` or none (a record edited or written by another program is measured again)."""
+    def finite(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    return finite(rec.get("value")) and (rec.get("knn_backbone") is None or finite(rec["knn_backbone"]))
 
 
 __all__ = ["NOISE_UNITS", "Decision", "Margin", "Verdict", "decide", "run_verdict"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from geohead.io import folder_problem, read_json, refuse_links_out
+from geohead.io import MAX_SMALL_FILE, folder_problem, read_json, refuse_links_out
 from geohead.training.checkpoint import RUN_CHECKPOINTS
 from geohead.training.config import ConfigError, TrainConfig
 
@@ -38,10 +38,16 @@ def check_run_folder(cfg: TrainConfig, overwrite: bool) -> None:
     if problem:
         raise ConfigError(f"run folder {str(out)!r} cannot be written: {problem}; choose another out")
     refuse_links_out(out, (*RUN_CHECKPOINTS, *RUN_FILES), "run file", ConfigError)
-    if overwrite or not (out / "config.json").is_file() or any((out / n).exists() for n in RUN_CHECKPOINTS):
+    if overwrite or any((out / n).exists() for n in RUN_CHECKPOINTS):
         return  # a checkpointed folder is checked against this run when it is restored
+    if not (out / "config.json").is_file():
+        stray = [n for n in RUN_FILES if (out / n).exists()]
+        if stray:  # a run writes config.json before anything else: these are another program's, or a run's remains
+            raise ConfigError(f"{str(out)!r} holds {', '.join(stray)} but no config.json or checkpoint: not a run this "
+                              "one continues; pass --overwrite to replace them (overwrite=True) or choose another out")
+        return
     try:
-        same = run_identity(read_json(out / "config.json", "config", "")) == run_identity(cfg.to_dict())
+        same = run_identity(read_json(out / "config.json", "config", "", limit=MAX_SMALL_FILE)) == run_identity(cfg.to_dict())
     except (ValueError, TypeError, AttributeError, OSError):  # unreadable, or not a run's config
         same = False
     if not same:

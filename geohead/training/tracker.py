@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from geohead import distributed
 from geohead.training.config import TrainConfig
-from geohead.io import append_text, atomic_write_text, json_lines
+from geohead.io import append_text, atomic_write, json_lines
 from geohead.logs import CsvLog, TensorBoardLog
 from geohead.training.model import SSLModel
 from geohead.objectives import Objective
@@ -109,16 +109,20 @@ def truncate_metrics(path: Path, step: int) -> int:
     write) is dropped, and said so on stderr. Returns the number of lines dropped as torn."""
     if not path.exists():
         return 0
-    keep, torn = [], 0
-    for line, record in json_lines(path, "metrics file", METRICS_HINT):
-        if not isinstance(record, dict) or isinstance(record.get("step", 0), bool) \
-                or not isinstance(record.get("step", 0), (int, float)):
-            torn += 1
-            continue
-        if record.get("step", 0) <= step:
-            keep.append(line)
+    torn = 0
+
+    def write(tmp: Path) -> None:  # line by line: the log is never held whole
+        nonlocal torn
+        with open(tmp, "w", encoding="utf-8") as out:
+            for line, record in json_lines(path, "metrics file", METRICS_HINT):
+                if not isinstance(record, dict) or isinstance(record.get("step", 0), bool) \
+                        or not isinstance(record.get("step", 0), (int, float)):
+                    torn += 1
+                elif record.get("step", 0) <= step:
+                    out.write(line + "\n")
+
+    atomic_write(path, write)
     if torn:
         print(f"geohead: dropped {torn} torn line(s) of {path} (a run killed while writing it); "
               f"resuming from step {step}", file=sys.stderr, flush=True)
-    atomic_write_text(path, "".join(line + "\n" for line in keep))
     return torn
