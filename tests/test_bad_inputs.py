@@ -73,6 +73,11 @@ def world(tmp_path_factory) -> Path:
     save_checkpoint(w / "run_no_optim" / "last.safetensors", ck.tensors, {k: v for k, v in ck.meta.items() if k != "optimizer"})
     save_checkpoint(w / "config_list.ckpt", ck.tensors, {**ck.meta, "config": [1]})
     save_checkpoint(w / "probe_text.ckpt", ck.tensors, {**ck.meta, "config": {**ck.meta["config"], "probe": "x"}})
+    shutil.copytree(run, w / "run_bad_optim")  # an optimiser state of another shape, under a checksum that holds
+    optim = next(k for k, v in ck.tensors.items() if k.startswith("optim.") and v.numel() > 1)
+    save_checkpoint(w / "run_bad_optim" / "last.safetensors", {**ck.tensors, optim: torch.zeros(7)}, ck.meta)
+    shutil.copytree(run, w / "run_bad_loss")
+    save_checkpoint(w / "run_bad_loss" / "last.safetensors", ck.tensors, {**ck.meta, "last_loss": [1]})
     (w / "run_stray").mkdir()  # another program's metrics.jsonl, no config.json: a run would read and append to it
     (w / "run_stray" / "metrics.jsonl").write_text(json.dumps({f"k{i}": i for i in range(500)}) + "\n")
     shutil.copytree(run, w / "run_bad_step")  # a step this run cannot reach, under a checksum that holds
@@ -663,6 +668,9 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
         ("train-out-another-programs-config", ["train", RECIPE, *TRAIN_TINY, "--out", "folder_hf"], "not this run's"),
         ("train-resume-no-optimiser-state", ["train", RECIPE, *TRAIN_TINY, "--out", "run_no_optim"], "optimiser state"),
+        ("train-resume-optimiser-state-misshapen", ["train", RECIPE, *TRAIN_TINY, "--out", "run_bad_optim"],
+         "has shape (7,), its parameter"),
+        ("train-resume-last-loss-not-a-number", ["train", RECIPE, *TRAIN_TINY, "--out", "run_bad_loss"], "TypeError"),
         ("train-out-holds-stray-run-files", ["train", RECIPE, *TRAIN_TINY, "--out", "run_stray"],
          "holds metrics.jsonl but no config.json or checkpoint"),
         ("train-resume-step-outside-the-run", ["train", RECIPE, *TRAIN_TINY, "--out", "run_bad_step"], "step -1000000000000"),

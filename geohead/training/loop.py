@@ -231,6 +231,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
             start_step = int(ck.meta["step"])
             if not 0 <= start_step <= run.total_steps:  # a step this run cannot have reached
                 raise ValueError(f"step {start_step} is outside 0 to the run's {run.total_steps} steps")
+            resumed_loss = float(ck.meta.get("last_loss", float("nan")))
         except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as exc:  # a header geohead did not write
             raise CheckpointError(f"checkpoint {str(saved)!r}: its optimiser state or step cannot be read ({type(exc).__name__}: "
                                   f"{str(exc)[:80]}); start the run again with --overwrite") from None
@@ -238,7 +239,7 @@ def restore(run: Run, resume: bool, overwrite: bool) -> int:
             from geohead.training.tracker import truncate_metrics
 
             truncate_metrics(out / "metrics.jsonl", start_step)
-        run.resumed_loss = float(ck.meta.get("last_loss", float("nan")))
+        run.resumed_loss = resumed_loss
     elif run.is_main and (overwrite or (out / "config.json").is_file()):  # or this run, killed before its first checkpoint
         for path in [*(out / n for n in (*RUN_CHECKPOINTS, "metrics.jsonl", "metrics.csv", "probes.json", "summary.json")),
                      *out.glob("events.out.tfevents.*")]:  # the run's own TensorBoard events too
