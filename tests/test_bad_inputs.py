@@ -78,6 +78,7 @@ def world(tmp_path_factory) -> Path:
     save_checkpoint(w / "run_bad_optim" / "last.safetensors", {**ck.tensors, optim: torch.zeros(7)}, ck.meta)
     shutil.copytree(run, w / "run_bad_loss")
     save_checkpoint(w / "run_bad_loss" / "last.safetensors", ck.tensors, {**ck.meta, "last_loss": [1]})
+    (w / "junk.log").write_text('{"op_code": 0, "worker_id": "x"}\n')  # JSON lines a journal does not hold
     (w / "run_stray").mkdir()  # another program's metrics.jsonl, no config.json: a run would read and append to it
     (w / "run_stray" / "metrics.jsonl").write_text(json.dumps({f"k{i}": i for i in range(500)}) + "\n")
     shutil.copytree(run, w / "run_bad_step")  # a step this run cannot reach, under a checksum that holds
@@ -190,6 +191,7 @@ CLI: list[tuple[str, list[str], str]] = [
     ("search-out-is-file", ["search", *SEARCH_TINY, "--out", "file.txt"], "file.txt"),
     ("search-out-through-file", ["search", *SEARCH_TINY, "--out", "file.txt/s"], "file.txt"),
     ("search-storage-through-file", ["search", *SEARCH_TINY, "--out", "s", "--storage", "sqlite:///file.txt/x.db"], "file.txt"),
+    ("search-journal-not-optunas", ["search", *SEARCH_TINY, "--out", "s_new", "--storage", "journal:junk.log"], "cannot be read"),
     ("search-journal-through-file", ["search", *SEARCH_TINY, "--out", "s", "--storage", "journal:file.txt/j.log"], "file.txt"),
     ("search-storage-is-folder", ["search", *SEARCH_TINY, "--out", "s", "--storage", "sqlite:///folder"], "folder"),
     ("search-timeout-word", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "soon"], "soon"),

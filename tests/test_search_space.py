@@ -319,3 +319,26 @@ def test_download_is_asked_once_before_the_workers(tmp_path, monkeypatch) -> Non
         run_search(SearchConfig(data="cifar10", data_root=str(tmp_path / "c"), download=True, out=str(tmp_path / "s")))
     assert calls == [("cifar10", str(tmp_path / "c"), True, True)]
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("attrs, needle", [({"head": "junk"}, "holds a head that is not a head spec"),
+                                           ({"rungs": {"x": {}}}, "holds rungs that are not"),
+                                           ({"retry_of": [1]}, "names a retried trial that is not")])
+def test_a_resumed_study_with_trials_geohead_did_not_write_is_refused(tmp_path, attrs, needle) -> None:
+    """A study from elsewhere whose trials hold junk attributes: refused when it is opened, not
+    with a traceback after the whole search (the outputs read the heads, rungs and retries)."""
+    import optuna
+
+    from geohead.search import SearchConfig
+    from geohead.search.config import SearchError
+    from geohead.search.study import create_study
+
+    storage = optuna.storages.InMemoryStorage()
+    cfg = SearchConfig(out=str(tmp_path / "s"), device="cpu")
+    study = create_study(cfg, storage)
+    good = {"head": HeadSpec(in_dim=8, out_dim=4).to_dict(), "rungs": {"10": {"score": 0.5}}, "retry_of": 0}
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs=good))
+    assert create_study(cfg, storage).study_name == study.study_name  # geohead's own attributes resume
+    study.add_trial(optuna.trial.create_trial(value=0.5, user_attrs=attrs))
+    with pytest.raises(SearchError, match=f"trial 1 {needle}.*start a new study"):
+        create_study(cfg, storage)

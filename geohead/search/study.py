@@ -125,7 +125,36 @@ def create_study(cfg: SearchConfig, storage: Any) -> Any:
                           "rerun with the same settings to resume, or pass --study NAME (or another --out) for a new study")
     if [d.name.lower() for d in study.directions] != directions:
         raise SearchError(f"study {cfg.study_name!r} has {len(study.directions)} objective(s); choose another --study")
+    for t in study.get_trials(deepcopy=False):  # the outputs read these after the whole search: checked before it
+        problem = _trial_problem(t)
+        if problem:
+            raise SearchError(f"study {cfg.study_name!r}: trial {t.number} {problem}: it was not written by geohead "
+                              "search; start a new study (another --out, or --study NAME)")
     return study
+
+
+def _trial_problem(trial: Any) -> str | None:
+    """Why a stored trial's attributes are not what geohead search writes (None when they are):
+    its head a spec, its rungs {step: criteria}, retry_of and retry_history trial numbers."""
+    attrs = trial.user_attrs
+    if "head" in attrs:
+        try:
+            HeadSpec.from_dict(attrs["head"])
+        except ValueError as exc:
+            return f"holds a head that is not a head spec ({str(exc)[:80]})"
+    rungs = attrs.get("rungs", {})
+    if not isinstance(rungs, dict) or not all(_number(k) and isinstance(v, dict) for k, v in rungs.items()):
+        return "holds rungs that are not {step: criteria}"
+    history = trial.system_attrs.get("retry_history", [])
+    if ("retry_of" in attrs and not _number(attrs["retry_of"])) or not isinstance(history, list) \
+            or not all(_number(n) for n in history):
+        return "names a retried trial that is not a trial number"
+    return None
+
+
+def _number(x: Any) -> bool:
+    """A trial number or a step as geohead stores it: an int, or its digits as a JSON key."""
+    return (isinstance(x, int) and not isinstance(x, bool)) or (isinstance(x, str) and x.isdigit() and len(x) < 20)
 
 
 def load_worker_study(cfg: SearchConfig, storage: Any, worker: int) -> Any:
