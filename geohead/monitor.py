@@ -147,12 +147,17 @@ class GeometryMonitor:
     ) -> None:
         if not isinstance(backbone, nn.Module) or not isinstance(head, nn.Module):
             raise TypeError("GeometryMonitor(backbone, head, ...) needs two nn.Module objects")
-        counts = {"every": every, "calls_per_step": calls_per_step, "hessian_every": hessian_every}
-        for name, value in counts.items():  # whole numbers: every=2.5 would silently record every 2nd step
-            if (value is not None or name != "every") and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-                                                            or value < (0 if name == "hessian_every" else 1)):
-                raise ValueError(f"GeometryMonitor {name} must be a whole number >= {0 if name == 'hessian_every' else 1}, "
-                                 f"got {value!r}")
+        counts = {"every": (every, 1), "calls_per_step": (calls_per_step, 1), "hessian_every": (hessian_every, 0),
+                  "hessian_samples": (hessian_samples, 1), "hessian_iters": (hessian_iters, 1), "max_samples": (max_samples, 1)}
+        for name, (value, least) in counts.items():  # whole numbers: every=2.5 would silently record every 2nd step
+            if (value is not None or name not in ("every", "max_samples")) and (
+                    isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least):
+                raise ValueError(f"GeometryMonitor {name} must be a whole number >= {least}, got {value!r}")
+        from geohead.geometry.summary import hessian_size_problem
+
+        problem = hessian_size_problem({"hessian_samples": hessian_samples}, {"hessian_iters": hessian_iters})
+        if problem:  # H_eff is (hessian_samples x d)-dimensional; its Lanczos basis grows with hessian_iters
+            raise ValueError(f"GeometryMonitor {problem}")
         if hessian_every and objective is None:
             raise ValueError("hessian_every needs the loss: pass objective=<geohead objective or loss(a, b) module>")
         if log_file is not None and Path(log_file).suffix not in (".jsonl", ".csv"):
@@ -362,4 +367,4 @@ class GeometryMonitor:
 
     def _csv_keys(self) -> list[str]:
         """The CSV header: every record's keys, the Hessian's when it is measured."""
-        return list(MONITOR_KEYS) + (list(HESSIAN_KEYS) if self.hessian_every else [])
+        return list(MONITOR_KEYS) + ["loss"] + (list(HESSIAN_KEYS) if self.hessian_every else [])

@@ -268,3 +268,9 @@ def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_reque
     rows = [m for _, m in logger.rows if "geometry/rankme_head" in m]
     assert "geometry/std_healthy_head" in rows[0] and "geometry/monitor_seconds" in rows[0]
     assert "geometry/rankme_head" in module.trainer_progress_bar
+
+
+@pytest.mark.parametrize("every", [2.5, 0, True, "2"])
+def test_callback_every_must_be_a_whole_number(every):
+    with pytest.raises(ValueError, match=f"GeometryCallback every must be a whole number >= 1, got {every!r}"):
+        GeometryCallback(every=every)

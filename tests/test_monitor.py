@@ -160,6 +160,7 @@ def test_files_and_tensorboard(tmp_path):
     assert [json.loads(line) for line in open(tmp_path / "m.jsonl")] == history
     rows = list(csv.DictReader(open(tmp_path / "m.csv")))
     assert [float(r["rankme_head"]) for r in rows] == [r["rankme_head"] for r in history]
+    assert "loss" in rows[0]  # log_loss's mean has a column (it was left out of the CSV)
     assert ("geometry/rankme_head", history[1]["rankme_head"], 4) in writer.calls
     assert any(p.name.startswith("events.out.tfevents") for p in (tmp_path / "tb").iterdir())
 
@@ -177,6 +178,12 @@ def test_bad_arguments_say_what_to_pass():
         GeometryMonitor(backbone, head, hessian_every=2)
     with pytest.raises(ValueError, match=".jsonl or .csv"):
         GeometryMonitor(backbone, head, log_file="m.txt")
+    for kw, needle in (({"max_samples": 0}, "max_samples must be a whole number >= 1, got 0"),
+                       ({"hessian_samples": 0}, "hessian_samples must be"), ({"hessian_iters": -1}, "hessian_iters must be"),
+                       ({"hessian_samples": 5000}, "hessian_samples=5000 is above the bound of 1,024"),
+                       ({"every": 2.5}, "every must be a whole number")):
+        with pytest.raises(ValueError, match=needle):  # before: max_samples=0 raised inside the hook, mid-training
+            GeometryMonitor(backbone, head, **kw)
     assert not backbone._forward_hooks and not head._forward_hooks
 
 

@@ -23,6 +23,7 @@ logging step of the epoch. Constants (``batch``, the healthy std ``1/√k``) and
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 from torch import Tensor, nn
@@ -98,8 +99,8 @@ class GeometryCallback(Callback):
         **monitor_kwargs: Any,
     ) -> None:
         super().__init__()
-        if int(every) < 1:
-            raise ValueError(f"every must be >= 1, got {every}")
+        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:  # 2.5 is not every 2nd step
+            raise ValueError(f"GeometryCallback every must be a whole number >= 1, got {every!r}")
         self.every, self.prefix, self.prog_bar, self.log_all = int(every), prefix, bool(prog_bar), bool(log_all)
         self._backbone, self._head, self._objective = backbone, head, objective
         self._kwargs = dict(monitor_kwargs, hessian_every=hessian_every, calls_per_step=calls_per_step)
