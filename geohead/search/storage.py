@@ -138,7 +138,11 @@ def open_storage(url: str, heartbeat: int | None = 20) -> Any:
         path = Path(url[len("journal:"):] if url.startswith("journal:") else url).expanduser()
         if not path.parent.is_dir():
             raise ValueError(f"journal storage {str(path)!r}: folder {str(path.parent)!r} does not exist; create it first")
-        return JournalStorage(JournalFileBackend(str(path)))
+        try:  # the journal is replayed here
+            return JournalStorage(JournalFileBackend(str(path)))
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:  # lines of JSON that Optuna did not write
+            raise ValueError(f"journal storage {str(path)!r} cannot be read ({type(exc).__name__}: {str(exc)[:60]}); it "
+                             "was not written by Optuna: give a fresh --out or --storage") from None
     if "://" not in url:
         raise ValueError(
             f"storage {url!r} is neither a database URL (sqlite:///file.db, postgresql://user@host/db) "
