@@ -213,12 +213,9 @@ def _open_study(cfg: SearchConfig, url: str, out: Path) -> tuple[Any, Any]:
     try:
         storage = open_storage(url, cfg.heartbeat)
         return storage, create_study(cfg, storage)
-    except (SearchError, ValueError, KeyError, TypeError) as exc:
+    except (SearchError, ValueError) as exc:
         if created is not None:
             shutil.rmtree(created, ignore_errors=True)
-        if isinstance(exc, (KeyError, TypeError)):  # a journal or database whose records Optuna did not write
-            raise SearchError(f"storage {describe(url)} cannot be read ({type(exc).__name__}: {str(exc)[:80]}); it was not "
-                              "written by Optuna: give a fresh --out (or --storage)") from None
         raise exc if isinstance(exc, SearchError) else SearchError(str(exc)) from None
 
 
