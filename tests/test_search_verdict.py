@@ -385,3 +385,26 @@ def test_a_stored_verdict_result_is_reused_only_when_it_holds_finite_measures(tm
     assert (calls == []) == reused
     assert rec["value"] == (stored["value"] if reused else 0.25)
     assert json.loads((folder / "result.json").read_text())["value"] == rec["value"]
+
+
+@pytest.mark.filterwarnings("ignore:Fixed parameter depth with value 50")  # Optuna's own, for the crafted trial
+def test_a_queued_trial_outside_the_space_fails_and_the_search_goes_on(tmp_path) -> None:
+    """A resumed study may hold a queued trial whose parameters lie outside the space (Optuna
+    returns an enqueued depth of 50 from suggest_int with a warning): it fails with the reason,
+    untrained, and the other trials run."""
+    import optuna
+
+    from geohead.search.storage import open_storage, storage_url
+    from geohead.search.study import create_study
+
+    out = tmp_path / "s"
+    cfg = SearchConfig(out=str(out), trials=3, steps=2, confirm_seeds=0, **TINY)
+    out.mkdir()
+    study = create_study(cfg, open_storage(storage_url(None, out), None))
+    study.enqueue_trial({"depth": 50, "out_dim": 64})
+    run_search(cfg)
+    trials = optuna.load_study(study_name=cfg.study_name, storage=storage_url(None, out)).trials
+    bad = [t for t in trials if t.params.get("depth") == 50]
+    assert len(bad) == 1 and bad[0].state.name == "FAIL" and "outside the search space" in bad[0].user_attrs["fail_reason"]
+    assert not (out / "trials" / f"{bad[0].number:04d}" / "metrics.jsonl").exists()
+    assert sum(t.state.name == "COMPLETE" for t in trials) >= 2

@@ -146,7 +146,7 @@ def _trial_problem(trial: Any) -> str | None:
     if not isinstance(rungs, dict) or not all(_number(k) and isinstance(v, dict) for k, v in rungs.items()):
         return "holds rungs that are not {step: criteria}"
     history = trial.system_attrs.get("retry_history", [])
-    if ("retry_of" in attrs and not _number(attrs["retry_of"])) or not isinstance(history, list) \
+    if any(k in attrs and not _number(attrs[k]) for k in ("retry_of", "trial")) or not isinstance(history, list) \
             or not all(_number(n) for n in history):
         return "names a retried trial that is not a trial number"
     return None

@@ -127,7 +127,11 @@ class TrialRunner:
         sampler learns from it)."""
         space, base = self.inputs.space, self.inputs.base_spec
         if not is_reference(trial):
-            return space.suggest(trial, base)
+            spec = space.suggest(trial, base)
+            if not space.contains(spec):  # a queued trial of a resumed study: Optuna returns its values unchecked
+                raise TrialError(f"the trial's parameters name {spec.describe()}, outside the search space; "
+                                 "it was queued by another program")
+            return spec
         spec = published_spec(self.cfg.objective, base, space)
         if in_space(space, spec):
             drawn = space.suggest(trial, base)
