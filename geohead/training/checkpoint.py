@@ -135,9 +135,9 @@ def load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor],
         state.setdefault(int(pid), {}).update(extra)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     for pid, entries in state.items():  # torch takes any shape here and fails at the first step, after the run folder is written
+        if not 0 <= pid < len(params):
+            raise ValueError(f"optimiser state for parameter {pid}, of {len(params)}")
         for key, value in entries.items():
-            if not 0 <= pid < len(params):
-                raise ValueError(f"optimiser state for parameter {pid}, of {len(params)}")
             if isinstance(value, Tensor) and value.numel() != 1 and value.shape != params[pid].shape:
                 raise ValueError(f"optimiser state {pid}.{key} has shape {tuple(value.shape)}, its parameter "
                                  f"{tuple(params[pid].shape)}")
