@@ -124,30 +124,20 @@ def read_trials_csv(path: Path) -> list[dict[str, Any]]:
     try:
         reader = csv.reader(io.StringIO(text.decode("utf-8"), newline=""))
         header = next(reader, [])
+        if len(header) > MAX_COLUMNS:
+            raise csv.Error(f"{len(header):,} columns, above {MAX_COLUMNS}")
         for row in reader:
             if not row:  # a blank line, as csv.DictReader skips it
                 continue
-            problem = _table_problem(header, row, len(rows))
-            if problem:
-                raise csv.Error(problem)
+            if len(row) != len(header):
+                raise csv.Error(f"row {len(rows) + 1} has {len(row)} cells, the header {len(header)}")
+            if (len(rows) + 1) * len(header) > MAX_CELLS:
+                raise csv.Error(f"more than {MAX_CELLS:,} cells")
             rows.append({k: _parse(v) for k, v in zip(header, row)})
-        if len(header) > MAX_COLUMNS:
-            raise csv.Error(f"{len(header):,} columns, above {MAX_COLUMNS}")
     except (csv.Error, UnicodeDecodeError) as exc:
         raise ValueError(f"{str(path)!r} is not the trials table geohead search writes ({str(exc)[:80]}); "
                          "rerun geohead search, which rewrites it") from None
     return rows
-
-
-def _table_problem(header: list[str], row: list[str], done: int) -> str | None:
-    """Why ``row`` (after ``done`` rows) cannot join the table, or None."""
-    if len(header) > MAX_COLUMNS:
-        return f"{len(header):,} columns, above {MAX_COLUMNS}"
-    if len(row) != len(header):
-        return f"row {done + 1} has {len(row)} cells, the header {len(header)}"
-    if (done + 1) * len(header) > MAX_CELLS:
-        return f"more than {MAX_CELLS:,} cells"
-    return None
 
 
 def _parse(v: str | None) -> Any:

@@ -55,6 +55,7 @@ from typing import Any, Callable
 
 from geohead.heads import HeadSpec
 from geohead.search.criteria import TrialDiverged
+from geohead.search.results import num
 
 #: A margin must exceed this many noise units to count.
 NOISE_UNITS = 2.0
@@ -252,10 +253,7 @@ def _confirmed(spec: HeadSpec, seed: int, folder: Path, measure: Callable[..., d
 def _measured(rec: dict[str, Any]) -> bool:
     """Whether a stored result holds what the verdict compares: a finite ``value`` and a finite
     ``knn_backbone`` or none (a record edited or written by another program is measured again)."""
-    def finite(x: Any) -> bool:
-        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-    return finite(rec.get("value")) and (rec.get("knn_backbone") is None or finite(rec["knn_backbone"]))
+    return num(rec.get("value")) is not None and (rec.get("knn_backbone") is None or num(rec["knn_backbone"]) is not None)
 
 
 __all__ = ["NOISE_UNITS", "Decision", "Margin", "Verdict", "decide", "run_verdict"]
