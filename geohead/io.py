@@ -45,6 +45,7 @@ __all__ = [
     "read_small",
     "refuse_links_out",
     "save_safetensors",
+    "shape_mismatch",
     "shorten",
     "tensor_checksum",
     "too_deep",
@@ -360,6 +361,24 @@ def tensor_checksum(tensors: Mapping[str, Tensor], extra: Mapping[str, Any] | No
 
 
 # ---------------------------------------------------------------------- safetensors
+def shape_mismatch(expected: Mapping[str, Tensor], got: Mapping[str, Tensor]) -> str | None:
+    """None when ``got`` has exactly ``expected``'s names and shapes, else a description."""
+    missing = sorted(set(expected) - set(got))
+    unexpected = sorted(set(got) - set(expected))
+    shapes = [
+        f"{k}: {tuple(got[k].shape)} vs {tuple(expected[k].shape)}"
+        for k in sorted(set(expected) & set(got)) if tuple(got[k].shape) != tuple(expected[k].shape)
+    ]
+    if not (missing or unexpected or shapes):
+        return None
+    parts = []
+    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch (file vs model)", shapes)):
+        if items:
+            more = f" and {len(items) - 4} more" if len(items) > 4 else ""
+            parts.append(f"{label}: {items[:4]}{more}")
+    return "; ".join(parts)
+
+
 def save_safetensors(path: str | os.PathLike, tensors: Mapping[str, Tensor], metadata: Mapping[str, str]) -> Path:
     """Write ``tensors`` (name -> tensor, any device) and string ``metadata`` to ``path`` atomically.
 

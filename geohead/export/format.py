@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
-from geohead.io import parse_json, tensor_checksum
+from geohead.io import parse_json, shape_mismatch, tensor_checksum
 
 EXPORT_FORMAT = "geohead.backbone/1"
 HEAD_FORMAT = "geohead.head/1"
@@ -81,24 +81,6 @@ def nonfinite_problem(tensors: Mapping[str, Tensor], mean: Any = None, std: Any 
 
 
 # ---------------------------------------------------------------------- architecture check
-def shape_mismatch(expected: Mapping[str, Tensor], got: Mapping[str, Tensor]) -> str | None:
-    """None when ``got`` has exactly ``expected``'s names and shapes, else a description."""
-    missing = sorted(set(expected) - set(got))
-    unexpected = sorted(set(got) - set(expected))
-    shapes = [
-        f"{k}: {tuple(got[k].shape)} vs {tuple(expected[k].shape)}"
-        for k in sorted(set(expected) & set(got)) if tuple(got[k].shape) != tuple(expected[k].shape)
-    ]
-    if not (missing or unexpected or shapes):
-        return None
-    parts = []
-    for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch (file vs model)", shapes)):
-        if items:
-            more = f" and {len(items) - 4} more" if len(items) > 4 else ""
-            parts.append(f"{label}: {items[:4]}{more}")
-    return "; ".join(parts)
-
-
 def _describe(config: Mapping[str, Any]) -> str:
     given = config.get("model_args", {})
     args = ", ".join(f"{k}={str(v)[:40]}" for k, v in sorted(given.items())) if isinstance(given, dict) else str(given)[:80]

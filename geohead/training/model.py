@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import Tensor, nn
 
+from geohead.io import shape_mismatch
 from geohead.training.checkpoint import Checkpoint, CheckpointError, load_checkpoint
 from geohead.heads import GeometricHead, HeadSpec
 from geohead.objectives import Objective, make_teacher, objective_for_head
@@ -192,12 +193,9 @@ def _check_shapes(ck: Checkpoint, build: Callable[[], nn.Module], prefix: str) -
     the tensors bound what is built for real."""
     with torch.device("meta"):
         shell = build()
-    expected = {k: tuple(v.shape) for k, v in shell.state_dict().items()}
-    got = {k: tuple(v.shape) for k, v in ck.section(prefix).items()}
-    if expected != got:
-        name = next(k for k in sorted(expected.keys() | got.keys()) if expected.get(k) != got.get(k))
-        raise _misfit(ck, prefix, f"{name}: the header's model has {expected.get(name, 'no such tensor')}, the "
-                                  f"file {got.get(name, 'no such tensor')}")
+    problem = shape_mismatch(shell.state_dict(), ck.section(prefix))
+    if problem:
+        raise _misfit(ck, prefix, problem)
 
 
 def load_trained(source: str | os.PathLike | Checkpoint, device: str | torch.device = "cpu") -> TrainedModels:
