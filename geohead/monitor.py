@@ -68,7 +68,7 @@ class GeometryMonitor:
     """Records RankMe, α-ReQ and the std of L2-normalised embeddings of a backbone's and a head's
     outputs every ``every`` training steps, from forward hooks.
 
-    Each record (a dict appended to :attr:`history`) holds ``step``, ``batch`` (rows measured),
+    Each record (a dict appended to :attr:`history`, which keeps the latest ``max_history``) holds ``step``, ``batch`` (rows measured),
     ``rankme_backbone``, ``rankme_head``, ``std_backbone``, ``std_head`` (with the healthy value
     1/√k as ``std_healthy_*``), ``alpha_req_backbone`` and ``alpha_req_head``, computed by
     :func:`geohead.geometry.rankme`, :func:`~geohead.geometry.alpha_req` and
@@ -118,6 +118,8 @@ class GeometryMonitor:
         hessian_samples, hessian_iters: rows of each view and Lanczos steps for H_eff.
         max_samples: measure at most this many rows of each batch (default: all).
         features: maps the backbone's output to (B, d) features.
+        max_history: records :attr:`history` keeps, the oldest dropped first (None: all; the
+            log file and :attr:`records` still count every record).
         gather: gather the batch over ranks under ``torch.distributed`` (every rank must then run
             the same forwards, as DDP does).
 
@@ -144,13 +146,15 @@ class GeometryMonitor:
         tensorboard: Any = None,
         on_record: Callable[[dict[str, Any]], None] | None = None,
         gather: bool = True,
+        max_history: int | None = 10_000,
     ) -> None:
         if not isinstance(backbone, nn.Module) or not isinstance(head, nn.Module):
             raise TypeError("GeometryMonitor(backbone, head, ...) needs two nn.Module objects")
         counts = {"every": (every, 1), "calls_per_step": (calls_per_step, 1), "hessian_every": (hessian_every, 0),
-                  "hessian_samples": (hessian_samples, 1), "hessian_iters": (hessian_iters, 1), "max_samples": (max_samples, 1)}
+                  "hessian_samples": (hessian_samples, 1), "hessian_iters": (hessian_iters, 1), "max_samples": (max_samples, 1),
+                  "max_history": (max_history, 1)}
         for name, (value, least) in counts.items():  # whole numbers: every=2.5 would silently record every 2nd step
-            if (value is not None or name not in ("every", "max_samples")) and (
+            if (value is not None or name not in ("every", "max_samples", "max_history")) and (
                     isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least):
                 raise ValueError(f"GeometryMonitor {name} must be a whole number >= {least}, got {value!r}")
         from geohead.geometry.summary import hessian_size_problem
@@ -173,6 +177,8 @@ class GeometryMonitor:
         self.log_file = Path(log_file) if log_file is not None else None
         self.on_record = on_record
         self.history: list[dict[str, Any]] = []
+        self.max_history = max_history
+        self.records = 0  # records finished, those dropped from history included
         self._csv = CsvLog(self.log_file, self._csv_keys()) if self.log_file is not None and self.log_file.suffix == ".csv" else None
         self._tb = TensorBoardLog(tensorboard) if tensorboard is not None else None
         self._loss_sum: Tensor | float = 0.0  # losses given by log_loss since the last record
@@ -309,7 +315,7 @@ class GeometryMonitor:
 
     # ------------------------------------------------------------------ measurements
     def _hessian_due(self) -> bool:
-        return bool(self.hessian_every) and len(self.history) % self.hessian_every == 0
+        return bool(self.hessian_every) and self.records % self.hessian_every == 0
 
     def _measure(self, step: int, feats: Tensor, embs: Tensor) -> dict[str, Any]:
         from geohead.geometry import collapse_record
@@ -349,6 +355,9 @@ class GeometryMonitor:
     # ------------------------------------------------------------------ outputs
     def _finish(self, rec: dict[str, Any]) -> None:
         self.history.append(rec)
+        self.records += 1
+        if self.max_history is not None and len(self.history) > self.max_history:
+            del self.history[: len(self.history) - self.max_history]
         if distributed.rank() == 0:
             if self.log_file is not None:
                 self._write_file(rec)

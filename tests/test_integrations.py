@@ -274,3 +274,11 @@ def test_step_numbers_agree_with_geometry_monitor_and_prog_bar_logs_all_on_reque
 def test_callback_every_must_be_a_whole_number(every):
     with pytest.raises(ValueError, match=f"GeometryCallback every must be a whole number >= 1, got {every!r}"):
         GeometryCallback(every=every)
+
+
+def test_callback_logs_every_record_once_when_the_history_drops_old_ones():
+    callback = GeometryCallback(every=1, max_history=2)
+    module, logger = _fit(callback, steps=5)
+    assert [r["step"] for r in callback.monitor.history] == [4, 5] and callback.monitor.records == 5
+    geometry_rows = [s for s, m in logger.rows if any(k.startswith("geometry/") for k in m)]
+    assert geometry_rows == [1, 2, 3, 4, 5]

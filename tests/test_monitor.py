@@ -193,3 +193,29 @@ def test_importing_geohead_loads_no_optional_framework():
             "'tensorboard') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_history_keeps_the_latest_max_history_records_and_the_file_every_record(tmp_path):
+    """A long run's history is bounded: the oldest records leave it, the log file keeps them all,
+    ``records`` counts them all, and the Hessian cadence follows the total count."""
+    backbone, head = _modules()
+    objective = get_objective("barlow")
+    log = tmp_path / "geometry.jsonl"
+    monitor = GeometryMonitor(backbone, head, every=1, max_history=3, objective=objective, hessian_every=2,
+                              hessian_samples=4, log_file=log)
+    for _ in range(7):
+        head(backbone(torch.randn(16, 3, 8, 8)).flatten(1))
+    monitor.detach()
+    assert monitor.records == 7
+    assert [r["step"] for r in monitor.history] == [5, 6, 7]
+    lines = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert [ln["step"] for ln in lines] == list(range(1, 8))
+    assert [("hessian_lambda_min" in ln) for ln in lines] == [True, False, True, False, True, False, True]
+    assert [("hessian_lambda_min" in r) for r in monitor.history] == [True, False, True]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True])
+def test_max_history_must_be_a_whole_number(bad):
+    backbone, head = _modules()
+    with pytest.raises(ValueError, match=f"max_history must be a whole number >= 1, got {bad!r}"):
+        GeometryMonitor(backbone, head, max_history=bad)

@@ -117,7 +117,7 @@ class GeometryCallback(Callback):
         history = self.monitor.history if self.monitor is not None else []  # a second fit continues it
         self.monitor = GeometryMonitor(backbone, head, every=None, objective=objective, **self._kwargs)
         self.monitor.history = history
-        self._logged, self._last_armed = len(history), None
+        self._logged, self._last_armed = 0, None  # records of this monitor already logged
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         step = int(trainer.global_step) + 1  # the step this batch takes, counted from 1 (GeometryMonitor's count)
@@ -132,7 +132,8 @@ class GeometryCallback(Callback):
         if isinstance(loss, Tensor) and loss.numel() == 1:
             self.monitor.log_loss(loss)  # the next record holds the mean loss of the steps since the last
         self.monitor.flush()
-        for rec in self.monitor.history[self._logged:]:
+        new = self.monitor.records - self._logged  # history may have dropped older records
+        for rec in self.monitor.history[max(0, len(self.monitor.history) - new):] if new else []:
             values = {f"{self.prefix}{k}": float(v) for k, v in rec.items()
                       if k != "step" and isinstance(v, (int, float)) and (self.log_all or k not in NOT_LOGGED)}
             # callback_metrics and the progress bar (what ModelCheckpoint/EarlyStopping read)
@@ -142,7 +143,7 @@ class GeometryCallback(Callback):
             # steps only is re-sent by Lightning at every logging step until the epoch ends
             for logger in trainer.loggers:
                 logger.log_metrics(values, step=rec["step"])
-        self._logged = len(self.monitor.history)
+        self._logged = self.monitor.records
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.monitor is not None and stage == "fit":
