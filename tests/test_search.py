@@ -253,3 +253,23 @@ def test_theory_score_is_what_optuna_maximises_and_search_json_names_its_weights
         assert r["value"] != pytest.approx(r["score_rankme"])  # not --score geometry (RankMe alone)
     summary = json.loads((out / "search.json").read_text())
     assert summary["score"] == "theory" and summary["score_weights"] == THEORY_WEIGHTS
+
+
+def test_a_running_trial_that_never_sent_a_heartbeat_is_not_waited_for(tmp_path) -> None:
+    """Another program's RUNNING trial in the study (no heartbeat record): Optuna's stale check
+    never fails it, so the search counts it as neither running nor done and trains its target."""
+    import optuna
+
+    out = tmp_path / "search"
+    cfg = tiny(out, trials=1, heartbeat=1)
+    run_search(cfg)
+    plain = optuna.load_study(study_name="barlow-shapes-default", storage=f"sqlite:///{out / 'study.db'}")
+    plain.ask()  # RUNNING, no heartbeat: this storage has none
+    time.sleep(3.5)  # past the grace period (3 heartbeats of 1 s)
+    t0 = time.time()
+    run_search(dataclasses.replace(cfg, trials=2, timeout=40))
+    assert time.time() - t0 < 30, "the search waited for the silent trial"
+    trials = load(out).trials
+    assert [t.state.name for t in trials] == ["COMPLETE", "RUNNING", "COMPLETE"]
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["stopped_by"] == "target" and summary["trials"]["complete"] == 2

@@ -315,7 +315,7 @@ def _wants_trial(study: Any, cfg: SearchConfig, deadline: float | None, heartbea
     failed and retried here."""
     while True:
         fail_stale(study)
-        c = count_trials(study)
+        c = count_trials(study, watched=heartbeat)
         if deadline is not None and time.time() >= deadline:
             return "timeout"
         if len(measured_heads(study)) >= size:

@@ -15,7 +15,8 @@ heartbeat every ``heartbeat`` seconds; a trial whose heartbeat is older than the
 to start a trial marks it FAIL and Optuna's ``RetryHeartbeatStaleTrialCallback`` (formerly
 ``RetryFailedTrialCallback``) re-enqueues its parameters as a new trial, up to
 :data:`MAX_RETRY` times. Optuna's journal storage has no heartbeats, so a journal study cannot
-tell a dead worker's trial from a running one: it stays RUNNING and is not retried.
+tell a dead worker's trial from a running one: it stays RUNNING and is not retried. A RUNNING
+trial of an RDB study that never sent a heartbeat (:func:`silent_running`) is not waited for.
 """
 from __future__ import annotations
 
@@ -246,15 +247,17 @@ def requeue_interrupted(study: Any) -> list[int]:
     return [t.number for t in todo]
 
 
-def count_trials(study: Any) -> dict[str, int]:
+def count_trials(study: Any, watched: bool = False) -> dict[str, int]:
     """``done`` (distinct heads measured: complete, pruned, and failed without a retry),
     ``running``, ``waiting`` (enqueued trials), ``complete``, ``pruned``, ``failed`` (every FAIL,
     retried ones included), ``duplicates`` (trials that drew a head already measured: not
-    trained, not counted in the others)."""
+    trained, not counted in the others). ``watched``: ``running`` leaves out the trials
+    :func:`silent_running` names, which no worker can wait for."""
     from optuna.trial import TrialState
 
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)
+    silent = silent_running(study) if watched else set()
     counts = {"done": 0, "running": 0, "waiting": 0, "complete": 0, "pruned": 0, "failed": 0, "duplicates": 0}
     for t in trials:
         if "duplicate_of" in t.user_attrs and t.state != TrialState.RUNNING:
@@ -269,10 +272,37 @@ def count_trials(study: Any) -> dict[str, int]:
             counts["failed"] += 1
             counts["done"] += t.number not in retried
         elif t.state == TrialState.RUNNING:
-            counts["running"] += 1
+            counts["running"] += t.number not in silent
         elif t.state == TrialState.WAITING:
             counts["waiting"] += 1
     return counts
+
+
+def silent_running(study: Any) -> set[int]:
+    """Numbers of RUNNING trials that started more than the grace period ago and never sent a
+    heartbeat (a worker without heartbeats, another program, a crafted ``study.db``). Optuna's
+    stale check fails only trials whose last heartbeat is old, so these would stay RUNNING
+    while a worker waited for them; the search counts them as neither running nor done. Empty
+    for storages without heartbeats."""
+    from datetime import datetime, timedelta
+
+    from optuna.trial import TrialState
+
+    storage = study._storage
+    if not has_heartbeat(storage):
+        return set()
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    rdb = getattr(storage, "_backend", storage)  # Optuna wraps an RDBStorage in a cache
+    with _create_scoped_session(rdb.scoped_session) as session:
+        rows = session.query(models.TrialModel.number).filter(
+            models.TrialModel.study_id == study._study_id, models.TrialModel.state == TrialState.RUNNING,
+            ~models.TrialModel.heartbeats.any()).all()
+    unheard = {int(n) for (n,) in rows}
+    cutoff = datetime.now() - timedelta(seconds=rdb.grace_period or 2 * rdb.heartbeat_interval)
+    return {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number in unheard and t.datetime_start is not None and t.datetime_start < cutoff}
 
 
 def fail_stale(study: Any) -> None:
@@ -284,4 +314,4 @@ def fail_stale(study: Any) -> None:
 
 
 __all__ = ["MAX_RETRY", "RDB_SCHEMES", "check_storage", "count_trials", "dashboard_command", "describe", "fail_stale", "has_heartbeat", "is_journal", "open_storage",
-           "INTERRUPTED_ATTR", "requeue_interrupted", "retried_numbers", "storage_url"]
+           "INTERRUPTED_ATTR", "requeue_interrupted", "retried_numbers", "silent_running", "storage_url"]
