@@ -666,7 +666,7 @@ TRUST_CLI: dict[str, list[tuple[str, list[str], str]]] = {
         ("search-timeout-inf", ["search", *SEARCH_TINY, "--out", "s", "--timeout", "inf"], "--timeout"),
         ("diagnose-n-train-huge", ["diagnose", "run", "--json", "d.json", "--n-train", BIG], BIG),
         ("diagnose-seed-huge", ["diagnose", "run", "--json", "d.json", "--seed", str(2 ** 65)], "seed"),
-        ("diagnose-pt-shared-lists", ["diagnose", "shared.pt", "--json", "d.json"], "more than 1,000,000 nested"),
+        ("diagnose-pt-shared-lists", ["diagnose", "shared.pt", "--json", "d.json"], "more than 10,000,000 dicts, lists and entries"),
         ("diagnose-pt-inflating", ["diagnose", "inflating.pt", "--json", "d.json"], "compressed entries"),
         ("train-out-another-programs-config", ["train", RECIPE, *TRAIN_TINY, "--out", "folder_hf"], "not this run's"),
         ("train-resume-no-optimiser-state", ["train", RECIPE, *TRAIN_TINY, "--out", "run_no_optim"], "optimiser state"),

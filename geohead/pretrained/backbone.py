@@ -11,8 +11,11 @@ import math
 import re
 from typing import Any, Mapping
 
+import torch
 from torch import Tensor, nn
 
+from geohead.data.loaders import MAX_IMG_SIZE
+from geohead.io import shorten
 from geohead.pretrained.read import PretrainedError
 
 _RESNETS = {("basic", (2, 2, 2, 2)): "resnet18", ("basic", (3, 4, 6, 3)): "resnet34",
@@ -24,10 +27,14 @@ _VITS = {192: "vit_tiny_patch16_224", 384: "vit_small_patch16_224", 768: "vit_ba
 def infer_architecture(state: Mapping[str, Tensor]) -> tuple[str, dict[str, Any], int | None]:
     """(name for :func:`geohead.backbones.create_backbone`, model_args, the img_size the weights
     imply or None) of a ResNet or ViT state dict. Raises :class:`PretrainedError` otherwise."""
-    if "conv1.weight" in state and "layer1.0.conv1.weight" in state:
-        return _resnet(state)
-    if "patch_embed.proj.weight" in state and "pos_embed" in state:
-        return _vit(state)
+    family = _resnet if "conv1.weight" in state and "layer1.0.conv1.weight" in state else \
+        _vit if "patch_embed.proj.weight" in state and "pos_embed" in state else None
+    try:
+        if family is not None:
+            return family(state)
+    except (KeyError, IndexError) as exc:  # a tensor the family needs is missing or has too few dimensions
+        raise PretrainedError(f"the tensors look like a {'ResNet' if family is _resnet else 'ViT'}'s but do not form one ({type(exc).__name__}: "
+                              f"{shorten(str(exc))}); pass --architecture NAME with --model-arg KEY=VALUE") from None
     raise PretrainedError(
         f"cannot infer the backbone's architecture from its keys ({sorted(state)[:4]}...); pass --architecture NAME "
         "(a timm or geohead name) with --model-arg KEY=VALUE, or use geohead.diagnose_model(backbone, head, ...)"
@@ -87,7 +94,7 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
             CIFAR stem and 224 otherwise).
     Shapes: ``backbone(x)`` (B, C, S, S) -> (B, d).
     """
-    from geohead.backbones import check_model_args, create_backbone
+    from geohead.backbones import check_model_args
 
     try:  # no loader key (pretrained, checkpoint_path, ...) and only plain values reach timm
         check_model_args(dict(model_args or {}))
@@ -100,14 +107,14 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
         args = {}
     args = {**args, **dict(model_args or {})}
     size = img_size or args.get("img_size") or inferred_img
-    size_source = "given" if img_size or args.get("img_size") else "weights" if inferred_img else "default"
+    size_source = "given" if img_size or (model_args or {}).get("img_size") else "weights" if inferred_img else "default"
     size = size or (32 if architecture.endswith(("_cifar", "_w16", "_w32")) else 224)
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_IMG_SIZE:
+        raise PretrainedError(f"input size {shorten(str(size))} ({size_source}) is outside 1 to {MAX_IMG_SIZE:,}; pass "
+                              "--img-size with the size the backbone was trained at")
     args.pop("img_size", None)
-    try:
-        model = create_backbone(architecture, img_size=int(size), channels_last=False, **args)
-    except Exception as exc:  # noqa: BLE001 - timm's constructor errors are the arguments' fault
-        raise PretrainedError(f"cannot build backbone {architecture!r} with model_args={args}: {type(exc).__name__}: {exc}") from None
-    expected = model.state_dict()
+    with torch.device("meta"):  # the shapes first, without memory: the tensors bound what is built for real
+        expected = _create(architecture, size, args).state_dict()
     tensors = {k: v for k, v in state.items() if k in expected}
     extra = sorted(set(state) - set(expected))
     missing = sorted(set(expected) - set(tensors))
@@ -118,10 +125,20 @@ def build_backbone(state: Mapping[str, Tensor], architecture: str | None = None,
             f"{extra[:4]}, other shapes {[(k, tuple(state[k].shape), tuple(expected[k].shape)) for k in bad[:3]]}; pass "
             "--architecture NAME / --model-arg KEY=VALUE for what it was created with"
         )
+    model = _create(architecture, size, args)
     model.load_state_dict(tensors, strict=True)
     model.geohead_config["classifier_dropped"] = extra
     model.geohead_config["img_size_source"] = size_source  # "default": the checkpoint does not say
     return model.eval()
+
+
+def _create(architecture: str, size: int, args: Mapping[str, Any]) -> nn.Module:
+    from geohead.backbones import create_backbone
+
+    try:
+        return create_backbone(architecture, img_size=size, channels_last=False, **args)
+    except Exception as exc:  # noqa: BLE001 - timm's constructor errors are the arguments' fault
+        raise PretrainedError(f"cannot build backbone {architecture!r} with model_args={args}: {type(exc).__name__}: {exc}") from None
 
 
 def check_model_inputs(backbone: Any, head: Any, mean: Any = None, std: Any = None, **optional: Any) -> None:

@@ -75,7 +75,7 @@ class Layout:
 
 
 def _tensors(d: Any) -> bool:
-    return isinstance(d, dict) and bool(d) and all(isinstance(v, Tensor) for v in d.values())
+    return isinstance(d, dict) and bool(d) and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in d.items())
 
 
 def strip_wrappers(state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -130,9 +130,10 @@ def unwrap(obj: Any, kind: str) -> tuple[dict[str, Tensor], dict[str, Tensor] | 
         if isinstance(obj.get("epoch"), int):
             meta["epoch"] = obj["epoch"]
         student, teacher = obj.get("student"), obj.get("teacher")
-        if not _tensors(student or teacher):
-            raise PretrainedError("a DINO-style checkpoint whose 'student'/'teacher' hold no tensors")
-        return strip_wrappers(student or teacher), strip_wrappers(teacher) if _tensors(teacher) and student else None, "dino", meta
+        main = student if _tensors(student) else teacher
+        if not _tensors(main):
+            raise PretrainedError("a DINO-style checkpoint whose 'student'/'teacher' hold no tensors (by name)")
+        return strip_wrappers(main), strip_wrappers(teacher) if _tensors(teacher) and main is student else None, "dino", meta
     if "state_dict" in obj and _tensors(obj["state_dict"]):
         hp = obj.get("hyper_parameters")
         meta = dict(hp) if isinstance(hp, dict) else {}

@@ -86,6 +86,20 @@ def _mlp(state: Mapping[str, Tensor], style: str, last: Mapping[str, Tensor] | N
     return layout_from_state(state, activation, last)
 
 
+def _head_of(state: Mapping[str, Tensor], style: str, last: Mapping[str, Tensor] | None,
+             activation: str) -> tuple[MLPLayout, GeometricHead]:
+    """The layout of a head's tensors and the GeometricHead built from it. Raises
+    :class:`HeadConversionError` for tensors that do not form such a head, whatever part of the
+    reading or loading finds it (a missing bias, a 1-D prototype, a norm of another width)."""
+    try:
+        mlp = _mlp(state, style, last, activation)
+        return mlp, GeometricHead.from_layout(mlp, activation)
+    except HeadConversionError:
+        raise
+    except (RuntimeError, KeyError, IndexError, ValueError, TypeError) as exc:
+        raise HeadConversionError(f"its tensors do not form one ({type(exc).__name__}: {shorten(str(exc))})") from None
+
+
 def _lightly_reference(layout: MLPLayout, activation: str) -> nn.Module | None:
     """lightly's ProjectionHead with the same blocks and weights (None without lightly)."""
     try:
@@ -200,11 +214,10 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
                                   f"{MAX_IMG_SIZE:,}; pass --img-size with the size its backbone was trained at")
         img_size = recorded_size  # a Lightning module's hyper-parameters
     backbone = build_backbone(layout.backbone, architecture, model_args, img_size)
-    head = teacher = check = None
+    head = teacher = check = predictor = None
     if layout.head is not None:
         try:
-            mlp = _mlp(layout.head, layout.head_style or "sequential", layout.last_layer, act)
-            head = GeometricHead.from_layout(mlp, act)
+            mlp, head = _head_of(layout.head, layout.head_style or "sequential", layout.last_layer, act)
         except HeadConversionError as exc:
             if require_head:
                 raise PretrainedError(f"the head under {layout.head_prefix!r} is not expressible as a GeometricHead: {exc}") from None
@@ -216,13 +229,14 @@ def load_pretrained(source: str | os.PathLike, *, architecture: str | None = Non
         if not check["allclose"]:
             raise PretrainedError(f"the rebuilt GeometricHead's outputs differ from the {check['reference']} "
                                   f"(max |difference| {check['max_abs_diff']}): this head is not expressible")
-        if layout.teacher_head is not None:
-            teacher = GeometricHead.from_layout(_mlp(layout.teacher_head, "sequential", layout.teacher_last_layer, act), act)
-    predictor = None
-    if head is not None and layout.predictor is not None:
-        mlp = _mlp(layout.predictor, layout.predictor_style or "sequential", None, act)
-        predictor = GeometricHead.from_layout(mlp, act)
-        check["predictor"] = check_head(predictor, mlp, act, False)
+        try:
+            if layout.teacher_head is not None:
+                teacher = _head_of(layout.teacher_head, "sequential", layout.teacher_last_layer, act)[1]
+            if layout.predictor is not None:
+                mlp, predictor = _head_of(layout.predictor, layout.predictor_style or "sequential", None, act)
+                check["predictor"] = check_head(predictor, mlp, act, False)
+        except HeadConversionError as exc:
+            raise PretrainedError(f"the teacher's head or the predictor is not expressible as a GeometricHead: {exc}") from None
     size = int(backbone.geohead_config["img_size"])
     return Pretrained(backbone, head, teacher, layout.method, layout, check, size, str(Path(source)), predictor)
 
