@@ -9,7 +9,7 @@ import zipfile
 from pathlib import Path
 
 #: Kinds :func:`file_kind` returns.
-KINDS = ("missing", "folder", "safetensors", "lightning", "torch", "torch-legacy", "empty", "unknown")
+KINDS = ("missing", "folder", "special", "safetensors", "lightning", "torch", "torch-legacy", "empty", "unknown")
 
 
 #: The start of torch.save's legacy (non-zip) format: pickle protocol 2, then torch's magic number
@@ -21,12 +21,15 @@ def file_kind(path: str | os.PathLike) -> str:
     """One of :data:`KINDS`: ``lightning`` (a torch zip whose pickle names
     ``pytorch-lightning_version``), ``torch`` (any other ``torch.save`` zip), ``torch-legacy``
     (torch.save's pre-zip format, recognised by torch's magic number; any other pickle is
-    ``unknown``), ``safetensors`` (a plausible header), else ``unknown``/``empty``."""
+    ``unknown``), ``safetensors`` (a plausible header), else ``unknown``/``empty``; ``special``:
+    a pipe, device or socket, never opened (reading a pipe waits for a writer)."""
     p = Path(path)
     if not p.exists():
         return "missing"
     if p.is_dir():
         return "folder"
+    if not p.is_file():
+        return "special"
     with open(p, "rb") as fh:
         head = fh.read(16)
     if not head:
@@ -84,6 +87,7 @@ def describe_kind(kind: str) -> str:
         "torch-legacy": "a torch file in the legacy pickle format",
         "safetensors": "a safetensors file",
         "folder": "a folder",
+        "special": "not a regular file (a pipe, device or socket)",
         "empty": "an empty file",
     }.get(kind, "a file of unknown format")
 

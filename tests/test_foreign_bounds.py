@@ -3,6 +3,7 @@ with a PretrainedError (exit 2 on the command line) before memory follows what t
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import subprocess
 import sys
@@ -157,3 +158,14 @@ def test_the_command_line_exits_2_for_a_crafted_file(tmp_path) -> None:
     result = CliRunner().invoke(main, ["export", str(tmp_path / "vit.pt"), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert "outside 1 to 1,024" in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_pipe_given_as_the_checkpoint_is_refused_unopened(tmp_path) -> None:
+    """Opening a FIFO to read its first bytes waits for a writer for ever."""
+    fifo = tmp_path / "model.pt"
+    os.mkfifo(fifo)
+    code = ("from geohead.pretrained import PretrainedError, load_pretrained\n"
+            f"try:\n    load_pretrained({str(fifo)!r})\nexcept PretrainedError as e:\n    print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert "refused:" in done.stdout and "not a regular file (a pipe, device or socket)" in done.stdout, done.stderr[-300:]
