@@ -33,7 +33,8 @@ def infer_architecture(state: Mapping[str, Tensor]) -> tuple[str, dict[str, Any]
         if family is not None:
             return family(state)
     except (KeyError, IndexError) as exc:  # a tensor the family needs is missing or has too few dimensions
-        raise PretrainedError(f"the tensors look like a {'ResNet' if family is _resnet else 'ViT'}'s but do not form one ({type(exc).__name__}: "
+        name = "ResNet" if family is _resnet else "ViT"
+        raise PretrainedError(f"the tensors look like a {name}'s but do not form one ({type(exc).__name__}: "
                               f"{shorten(str(exc))}); pass --architecture NAME with --model-arg KEY=VALUE") from None
     raise PretrainedError(
         f"cannot infer the backbone's architecture from its keys ({sorted(state)[:4]}...); pass --architecture NAME "
