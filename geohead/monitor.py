@@ -69,8 +69,9 @@ class GeometryMonitor:
     outputs every ``every`` training steps, from forward hooks.
 
     Each record (a dict appended to :attr:`history`, which keeps the latest ``max_history``) holds
-    ``step``, ``batch`` (rows measured), ``rankme_backbone``, ``rankme_head``, ``std_backbone``, ``std_head`` (with the healthy value
-    1/√k as ``std_healthy_*``), ``alpha_req_backbone`` and ``alpha_req_head``, computed by
+    ``step``, ``batch`` (rows measured), ``rankme_backbone``, ``rankme_head``, ``std_backbone``,
+    ``std_head`` (with the healthy value 1/√k as ``std_healthy_*``), ``alpha_req_backbone`` and
+    ``alpha_req_head``, computed by
     :func:`geohead.geometry.rankme`, :func:`~geohead.geometry.alpha_req` and
     :func:`~geohead.geometry.normalized_std` on the batch of that forward (gathered over ranks
     under ``torch.distributed``), ``monitor_seconds``, the time these measurements took, and,
