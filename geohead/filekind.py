@@ -53,10 +53,15 @@ _LIGHTNING_KEY = b"pytorch-lightning_version"
 PKL_SCAN_BYTES = 64 << 20
 
 
+def pickle_member(zf: zipfile.ZipFile) -> zipfile.ZipInfo | None:
+    """The ``data.pkl`` entry of a torch.save zip (under its archive folder), or None."""
+    return next((i for i in zf.infolist() if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"), None)
+
+
 def _zip_kind(path: Path) -> str:
     try:
         with zipfile.ZipFile(path) as zf:
-            pkl = next((i for i in zf.infolist() if i.filename.endswith("/data.pkl") or i.filename == "data.pkl"), None)
+            pkl = pickle_member(zf)
             if pkl is None:
                 return "unknown"
             with zf.open(pkl) as fh:
@@ -104,4 +109,4 @@ def read_error(path: str | os.PathLike, what: str, reason: str) -> str:
             f"`geohead export {path} --out DIR` exports its backbone")
 
 
-__all__ = ["KINDS", "describe_kind", "file_kind", "read_error"]
+__all__ = ["KINDS", "describe_kind", "file_kind", "pickle_member", "read_error"]

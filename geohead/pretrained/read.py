@@ -158,13 +158,15 @@ def _refuse_deep(path: Path) -> None:
     ``data.pkl``, or a legacy file's pickles, before torch unpickles it)."""
     import zipfile
 
+    from geohead.filekind import pickle_member
+
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
-                name = next((n for n in zf.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
-                if name is None:
+                member = pickle_member(zf)
+                if member is None:
                     return
-                with zf.open(name) as fh:
+                with zf.open(member) as fh:
                     depth = pickle_depth(fh, MAX_PICKLE_DEPTH)
         else:
             with open(path, "rb") as fh:  # legacy: magic, protocol, system info, the object, storage keys

@@ -257,7 +257,7 @@ def count_trials(study: Any, watched: bool = False) -> dict[str, int]:
 
     trials = study.get_trials(deepcopy=False)
     retried = retried_numbers(trials)
-    silent = silent_running(study) if watched else set()
+    silent = silent_running(study, trials) if watched else set()
     counts = {"done": 0, "running": 0, "waiting": 0, "complete": 0, "pruned": 0, "failed": 0, "duplicates": 0}
     for t in trials:
         if "duplicate_of" in t.user_attrs and t.state != TrialState.RUNNING:
@@ -278,12 +278,12 @@ def count_trials(study: Any, watched: bool = False) -> dict[str, int]:
     return counts
 
 
-def silent_running(study: Any) -> set[int]:
+def silent_running(study: Any, trials: list[Any] | None = None) -> set[int]:
     """Numbers of RUNNING trials that started more than the grace period ago and never sent a
     heartbeat (a worker without heartbeats, another program, a crafted ``study.db``). Optuna's
     stale check fails only trials whose last heartbeat is old, so these would stay RUNNING
     while a worker waited for them; the search counts them as neither running nor done. Empty
-    for storages without heartbeats."""
+    for storages without heartbeats. ``trials``: the study's trials when the caller has them."""
     from datetime import datetime, timedelta
 
     from optuna.trial import TrialState
@@ -301,8 +301,8 @@ def silent_running(study: Any) -> set[int]:
             ~models.TrialModel.heartbeats.any()).all()
     unheard = {int(n) for (n,) in rows}
     cutoff = datetime.now() - timedelta(seconds=rdb.grace_period or 2 * rdb.heartbeat_interval)
-    return {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if t.number in unheard and t.datetime_start is not None and t.datetime_start < cutoff}
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    return {t.number for t in trials if t.number in unheard and t.datetime_start is not None and t.datetime_start < cutoff}
 
 
 def fail_stale(study: Any) -> None:
