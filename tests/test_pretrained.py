@@ -384,7 +384,8 @@ def test_lightly_byol_and_dino_models_with_predictor_and_prototypes(tmp_path):
     z, e = torch.randn(4, 64), torch.randn(4, 16)
     with torch.no_grad():
         assert torch.equal(pt.head(z), proj(z)) and torch.equal(pt.predictor(e), pred(e))
-    report = diagnose_pretrained(tmp_path / "byol.pt", method="byol", data="shapes", settings=DiagnoseSettings(**SMALL))
+    with pytest.warns(UserWarning, match="assumed: input size 32 pixels"):  # the file records neither size nor mean/std
+        report = diagnose_pretrained(tmp_path / "byol.pt", method="byol", data="shapes", settings=DiagnoseSettings(**SMALL))
     assert report["source"]["predictor_spec"]["depth"] == 2 and report["source"]["objective"] == "byol"
 
     with warnings.catch_warnings():  # lightly's DINO head calls the deprecated nn.utils.weight_norm
@@ -536,3 +537,54 @@ def test_a_recorded_img_size_outside_the_bound_is_refused_before_probing(tmp_pat
                                     "--architecture", "resnet18_w16"])
     assert res.exit_code == 2 and "--img-size" in res.output and not (tmp_path / "e").exists(), res.output
     assert load_pretrained(tmp_path / "pl.ckpt", architecture="resnet18_w16", img_size=32).img_size == 32
+
+
+def test_diagnose_says_what_it_assumed_where_the_checkpoint_records_nothing(tmp_path):
+    """A backbone file recording neither input size nor normalisation: diagnose warns (one stderr
+    line), notes it in the table, records the size it used (32) and the data's mean/std; given
+    --img-size/--mean/--std, no warning, and the table says the model's normalisation was used."""
+    from click.testing import CliRunner
+
+    from geohead.backbones import create_backbone
+    from geohead.cli import main
+    from geohead.io import save_safetensors
+
+    torch.manual_seed(0)
+    bb = create_backbone("resnet18_cifar", img_size=32, channels=[8, 16, 32, 64], channels_last=False).eval()
+    save_safetensors(tmp_path / "resnet.safetensors", bb.state_dict(), {"format": "pt"})
+    small = ["--method", "barlow", "--data", "shapes", "--n-test", "48", "--n-train", "48", "--orbit-images", "6",
+             "--hessian-samples", "6", "--collapse-batch", "4", "--mode", "fast", "--no-linear", "--families", "rotate"]
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), *small, "--json", str(tmp_path / "a.json")])
+    assert res.exit_code == 0, res.output
+    warned = [ln for ln in res.output.splitlines() if ln.startswith("warning:")]
+    assert warned == ["warning: assumed: input size 32 pixels (give --img-size) and the data's own mean/std (give --mean "
+                      "and --std): the checkpoint does not record what it was trained with"]
+    report = json.loads((tmp_path / "a.json").read_text())
+    assert report["data"]["img_size"] == 32 and report["pretrained"]["backbone"]["img_size"] == 32
+    assert report["data"]["normalisation"] == "data" and "normalised with the data's own mean/std" in res.output
+    assert "  note: assumed: input size 32 pixels" in res.output and "| head linear 64->64\n" in res.output
+    res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), *small, "--json", str(tmp_path / "b.json"),
+                                    "--img-size", "16", "--mean", "0.5,0.5,0.5", "--std", "0.25,0.25,0.25"])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert "warning:" not in res.output and "assumed" not in res.output
+    assert report["data"]["img_size"] == 16 and report["pretrained"]["backbone"]["img_size"] == 16
+    assert report["data"]["normalisation"] == "given" and report["data"]["mean"] == [0.5, 0.5, 0.5]
+    assert "normalised with the model's mean/std (given or recorded)" in res.output
+
+
+@pytest.mark.parametrize("command", ["diagnose", "export"])
+def test_a_missing_checkpoint_is_named_missing_with_what_the_command_takes(tmp_path, command):
+    """Not "a geohead run" (a missing path used to read as one, so --method was refused)."""
+    from click.testing import CliRunner
+
+    from geohead.cli import main
+
+    for extra in ([], ["--method", "barlow", "--mean", "0.5,0.5,0.5"]):
+        args = [command, str(tmp_path / "barlow.ckpt"), *extra] + (["--out", str(tmp_path / "e")] if command == "export" else [])
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        assert f"'{tmp_path / 'barlow.ckpt'}' does not exist; give a geohead run folder" in res.output
+        assert "checkpoint trained elsewhere (Lightning .ckpt, a torch .pt/.pth state_dict, .safetensors)" in res.output
+        assert "is a geohead run" not in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

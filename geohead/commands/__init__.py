@@ -5,7 +5,9 @@ value and the fix, no traceback); heavy libraries are imported inside the comman
 """
 from __future__ import annotations
 
-from typing import NoReturn
+import contextlib
+import warnings
+from typing import Iterator, NoReturn
 
 import click
 
@@ -18,6 +20,26 @@ class InputError(click.ClickException):
 
 def fail(message: str) -> NoReturn:
     raise InputError(message)
+
+
+@contextlib.contextmanager
+def warnings_to_stderr() -> Iterator[None]:
+    """Inside: each UserWarning (an assumption the library made, e.g. a default input size) is
+    printed at once as one ``warning: ...`` line on stderr, without Python's file and line."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", UserWarning)
+        warnings.showwarning = lambda message, *args, **kwargs: click.echo(f"warning: {message}", err=True)
+        yield
+
+
+def missing_source(source: str, accepted: str) -> None:
+    """Exit 2 when the SOURCE argument of a command names nothing, listing what it accepts."""
+    import os
+
+    try:  # a name the system refuses for its length is not "missing": geohead.cli names that
+        os.lstat(source)
+    except (FileNotFoundError, NotADirectoryError):
+        fail(f"{source!r} does not exist; give {accepted}")
 
 
 def toml_str(value: str) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from geohead.commands import fail
+from geohead.commands import fail, missing_source, warnings_to_stderr
 from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_source, run_foreign
 
 
@@ -15,7 +15,7 @@ from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_
 @click.option("--data", help="Dataset to measure on (shapes, cifar10, an .npz file or image folder); default: the run's, "
                                 "shapes for a checkpoint trained elsewhere.")
 @click.option("--data-test", help="Test source for the probes and monitors (default: --data's test split).")
-@click.option("--data-root", help="Root folder of torchvision datasets.")
+@click.option("--data-root", help="Folder of torchvision's CIFAR files (default: $GEOHEAD_DATA or ~/.cache/geohead/data).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Where to write the JSON report (default: RUN/diagnose.json, or CKPT.diagnose.json beside a checkpoint file).")
 @click.option("--mode", type=click.Choice(["accurate", "fast"]), default="accurate", show_default=True,
               help="accurate: float64, converged Lanczos; fast: float32 screening budget.")
@@ -50,6 +50,8 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
     from geohead.diagnose import DiagnoseSettings, default_json_path, diagnose as run, format_table
     from geohead.io import atomic_write_text, folder_problem
 
+    missing_source(source, "a geohead run folder or its last.safetensors, an export folder written with --with-head, or a "
+                           "checkpoint trained elsewhere (Lightning .ckpt, a torch .pt/.pth state_dict, .safetensors)")
     settings = DiagnoseSettings(
         data=data, data_test=data_test, data_root=data_root, n_test=n_test, n_train=n_train, n_orbit_images=orbit_images, tangent_orbits=tangent_orbits or None,
         hessian_samples=hessian_samples, collapse_batch=collapse_batch, mode=mode,
@@ -64,19 +66,20 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
 
     line = lambda msg: click.echo(f"diagnose: {msg} ...", err=True)  # noqa: E731
     progress = stage_sink("auto", len(settings.families), settings.probes) if _tty() else line
-    try:
-        settings.validate()
-        if is_geohead_source(source):
-            if any(v for v in foreign.values()):
-                fail(f"{', '.join(foreign_flags(foreign))} describe{'s' if len(foreign_flags(foreign)) == 1 else ''} a checkpoint trained elsewhere; {source!r} is a geohead "
-                     "run, which records its architecture, method and normalisation itself: drop them")
-            report = run(source, settings, progress=progress)
-        else:
-            report = run_foreign(source, data, data_test, data_root, settings, progress, **foreign)
-    except (CheckpointError, ValueError, FileNotFoundError) as exc:
-        if hasattr(progress, "close"):
-            progress.close()
-        fail(str(exc))
+    with warnings_to_stderr():
+        try:
+            settings.validate()
+            if is_geohead_source(source):
+                if any(v for v in foreign.values()):
+                    fail(f"{', '.join(foreign_flags(foreign))} describe{'s' if len(foreign_flags(foreign)) == 1 else ''} a checkpoint trained elsewhere; {source!r} is a geohead "
+                         "run, which records its architecture, method and normalisation itself: drop them")
+                report = run(source, settings, progress=progress)
+            else:
+                report = run_foreign(source, data, data_test, data_root, settings, progress, **foreign)
+        except (CheckpointError, ValueError, FileNotFoundError) as exc:
+            if hasattr(progress, "close"):
+                progress.close()
+            fail(str(exc))
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, json.dumps(report, indent=2) + "\n")
     click.echo(format_table(report))

@@ -1,12 +1,11 @@
 """``geohead export RUN_OR_CKPT --out DIR``: the backbone alone, as safetensors + timm config."""
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import click
 
-from geohead.commands import fail
+from geohead.commands import fail, missing_source, warnings_to_stderr
 from geohead.commands.foreign import foreign_flags, foreign_options, is_geohead_source, parse_floats, parse_model_args
 
 
@@ -47,11 +46,12 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
                   interpolation=interpolation)
     from geohead.io import folder_problem
 
+    missing_source(source, "a geohead run folder or its last.safetensors, or a checkpoint trained elsewhere (Lightning .ckpt, "
+                           "a torch .pt/.pth state_dict, .safetensors)")
     problem = folder_problem(out_dir)
     if problem:  # before a weights file is read and rebuilt
         fail(f"--out {out_dir!r} cannot be written: {problem}; choose another folder")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
+    with warnings_to_stderr():
         try:
             if is_geohead_source(source):
                 given = foreign_flags({**foreign, "model_arg": model_args, "prefix": prefix, "img_size": img_size})
@@ -71,8 +71,6 @@ def export(source: str, out_dir: str, dtype: str, teacher: bool, with_head: bool
                 res = _export_foreign(source, out_dir, kwargs, model_args, img_size, **foreign)
         except (ExportError, CheckpointError, ValueError) as exc:
             fail(str(exc))
-    for w in caught:
-        click.echo(f"warning: {w.message}", err=True)
     for line in res.recovered:
         click.echo(f"note: {line}", err=True)
     click.echo(f"exported the {res.branch} backbone ({res.num_tensors} tensors, {res.num_params:,} values, {res.dtype}) to {res.out_dir}")

@@ -37,12 +37,19 @@ def _read_lines(pre: dict[str, Any]) -> list[str]:
     line = (f"read: {pre.get('layout')} layout, backbone prefix {(pre.get('backbone') or {}).get('prefix')!r}, head prefix "
             f"{pre.get('head_prefix')!r}; " + (f"head check vs {check['reference']}: max |difference| "
                                                f"{fmt(check['max_abs_diff'])} (exact: {fmt(check['exact'])})" if check else "no head check"))
-    return [line] + [f"  note: {n}" for n in pre.get("notes", []) if n.startswith("no head")]
+    return [line] + [f"  note: {n}" for n in pre.get("notes", []) if n.startswith(("no head", "assumed"))]
+
+
+#: what a report's ``data.normalisation`` says of the mean/std the images were normalised with
+_NORMALISATION = {"training": "the training data's mean/std", "given": "the model's mean/std (given or recorded)",
+                  "data": "the data's own mean/std (the model's were not given)"}
 
 
 def _head_text(src: dict[str, Any]) -> str:
     """What the header says of the head: a GeometricHead's spec, else what a forward found."""
     hs = src.get("head_spec") or {}
+    if hs.get("depth") == 1:  # a linear head's spec keeps a hidden_dim it does not use
+        return f"linear {hs.get('in_dim')}->{hs.get('out_dim')}"
     if hs.get("depth") is not None:
         return f"{hs.get('activation')} depth {hs.get('depth')} {hs.get('in_dim')}->{hs.get('hidden_dim')}->{hs.get('out_dim')}"
     return str(src.get("head") or hs.get("module") or "?")
@@ -56,7 +63,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines += [
         f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
         f"{_head_text(src)}" + (f" | step {src['step']}/{src['total_steps']}" if src.get("step") is not None else ""),
-        f"data: {data['test']} ({data['n_test']} test images; normalised with the training mean/std)"
+        f"data: {data['test']} ({data['n_test']} test images; normalised with {_NORMALISATION.get(data.get('normalisation'), _NORMALISATION['training'])})"
         + ("; probe-test part held out of it, disjoint from the probe-train part" if split.get("held_out") else ""),
         "",
         *textwrap.wrap("Verdict: " + verdict(report), width=110),

@@ -98,6 +98,7 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     split = _probe_split(data, data_test, data_root, img_size, s)
     test, train = split.test, (split.train if s.probes else None)
     chans = _in_chans(backbone)
+    normalisation = "given" if mean is not None and std is not None else "data"
     if mean is None or std is None:
         ref = train or test
         mean = list(ref.mean) if chans == 3 else [0.5]
@@ -113,7 +114,7 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     except torch.linalg.LinAlgError as exc:
         raise DivergedModelError(f"the model's features are too ill-conditioned to measure ({str(exc).splitlines()[0]}); "
                                  "a diverged run: diagnose a checkpoint from before the divergence") from None
-    parts["probe_split"], parts["found"] = split.to_dict(), found
+    parts["probe_split"], parts["found"], parts["normalisation"] = split.to_dict(), found, normalisation
     say("", None)
     return _json_safe(_assemble(source or {}, head, obj, predictor, teacher_head, enc, data, data_test, test, img_size, s,
                                 parts, say.seconds))
@@ -240,7 +241,8 @@ def _assemble(source: dict[str, Any], head: nn.Module, obj: nn.Module, predictor
         "data": {"name": str(data), "test": str(data_test or data), "n_test": len(test), "img_size": img_size,
                  "probe_split": parts["probe_split"],
                  "n_orbit_images": parts["n_orbit_images"], "hessian_samples": parts["hessian_samples"],
-                 "mean": enc.mean.flatten().tolist(), "std": enc.std.flatten().tolist(), "in_chans": enc.in_chans},
+                 "mean": enc.mean.flatten().tolist(), "std": enc.std.flatten().tolist(), "in_chans": enc.in_chans,
+                 "normalisation": parts["normalisation"]},
         "settings": {**dataclasses.asdict(s), "families": list(s.families)},
         **{k: parts[k] for k in ("escape", "hessian", "density", "orbits", "collapse", "probes")},
         "orbit_summary": orbit_summary(parts["orbits"]) if not _is_identity(head) else
@@ -260,6 +262,30 @@ def identity_head(dim: int) -> nn.Module:
     with torch.no_grad():
         head.mlp.fc0.weight.copy_(torch.eye(dim))
     return head.eval()
+
+
+def _preprocessing(pt: Any, img_size: int | None, mean: Sequence[float] | None,
+                   std: Sequence[float] | None) -> tuple[int, Sequence[float] | None, Sequence[float] | None]:
+    """The input side and normalisation to diagnose ``pt`` with: the given ones, else what the
+    checkpoint records (a ViT's own size, a Lightning module's hyper-parameters), else 32 pixels
+    and the data's mean/std (None), each default warned about and noted in ``pt.layout.notes``."""
+    import warnings
+
+    from geohead.pretrained.load import recorded_normalisation
+
+    cfg = pt.backbone.geohead_config
+    size = cfg.get("model_args", {}).get("img_size") or img_size or (
+        cfg["img_size"] if cfg.get("img_size_source") != "default" else None)
+    assumed = [] if size else ["input size 32 pixels (give --img-size)"]
+    if mean is None or std is None:
+        mean, std = recorded_normalisation(pt.layout)
+        if mean is None:
+            assumed.append("the data's own mean/std (give --mean and --std)")
+    if assumed:
+        note = f"assumed: {' and '.join(assumed)}: the checkpoint does not record what it was trained with"
+        pt.layout.notes.append(note)
+        warnings.warn(note, UserWarning, stacklevel=3)
+    return int(size or 32), mean, std
 
 
 def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = None, method: str | None = None,
@@ -292,14 +318,9 @@ def diagnose_pretrained(path: str | os.PathLike, *, architecture: str | None = N
     if pt.method is None:
         raise PretrainedError(f"{str(path)!r} (layout {pt.layout.name}) does not say which SSL method trained it; pass "
                               "--method (barlow, vicreg, simclr, byol, simsiam, dino)")
-    cfg = pt.backbone.geohead_config  # a ViT's own size; else the given or recorded one; else 32 (CIFAR-scale data)
-    size = int(cfg.get("model_args", {}).get("img_size") or img_size
-               or (cfg["img_size"] if cfg.get("img_size_source") != "default" else 32))
-    if mean is None or std is None:  # what the checkpoint records (a Lightning module's hyper-parameters)
-        from geohead.pretrained.load import recorded_normalisation
-
-        mean, std = recorded_normalisation(pt.layout)
+    size, mean, std = _preprocessing(pt, img_size, mean, std)
     record = {**pt.describe(), "load_seconds": round(time.perf_counter() - t0, 3)}
+    record["backbone"]["img_size"] = size
     return diagnose_model(pt.backbone, pt.head, pt.method, data=data, data_test=data_test, data_root=data_root, mean=mean,
                           std=std, img_size=size, teacher_head=pt.teacher_head, predictor=pt.predictor, settings=settings,
                           progress=progress,
