@@ -232,7 +232,9 @@ PROBES = {"probes": ["knn", "linear"], "split": {"source": "shapes", "held_out":
 
 def figcaptions(html_text: str) -> dict[str, str]:
     """PNG name -> its caption text, as the report's <figcaption>s write them."""
-    return dict(re.findall(r"<figcaption>([^<:]+\.png)(?:: ([^<]*))?</figcaption>", html_text))
+    import html
+
+    return {name: html.unescape(text) for name, text in re.findall(r"<figcaption>([^<:]+\.png)(?:: ([^<]*))?</figcaption>", html_text)}
 
 
 @pytest.mark.parametrize("relative", [True, False])
@@ -273,7 +275,8 @@ def test_monitor_only_folder_plots_the_loss_it_holds(tmp_path) -> None:
     res = make_report(tmp_path)
     assert [p.name for p in res.pngs] == ["loss.png", "monitors.png"]
     captions = figcaptions((tmp_path / "report.html").read_text())
-    assert "flat from the start" in captions["loss.png"] and "0.40 of healthy" in captions["monitors.png"]
+    assert "flat from the start" in captions["loss.png"] and captions["monitors.png"].endswith(
+        "Here the last std is the head's 0.40, the backbone's 0.57 of healthy: no collapse.")
     # the loss as a key of the monitor records
     keyed = tmp_path / "keyed"
     keyed.mkdir()
@@ -301,3 +304,52 @@ def test_a_folder_holding_only_a_checkpoint_is_a_run(tmp_path, name):
     (tmp_path / name).unlink()
     with pytest.raises(ReportError, match="last.safetensors"):
         detect(tmp_path)
+
+
+def test_the_monitors_caption_warns_where_diagnose_would_in_either_space() -> None:
+    """The caption reads both spaces with diagnose's collapse rule (std ratio below 0.1, or RankMe
+    below 0.02 of min(batch, width)): a collapsed backbone under a healthy head is named."""
+    from geohead.report.captions import monitors_caption
+
+    healthy = {"step": 9, "batch": 64, "rankme_backbone": 20.0, "rankme_head": 30.0, "std_backbone": 0.1,
+               "std_healthy_backbone": 0.177, "std_head": 0.11, "std_healthy_head": 0.125}
+    assert monitors_caption([healthy]).endswith("the head's 0.88, the backbone's 0.56 of healthy: no collapse.")
+    sick_backbone = {**healthy, "std_backbone": 0.0034, "rankme_backbone": 1.7}  # the README loop's toy on noise
+    assert monitors_caption([healthy, sick_backbone]).endswith(
+        "the head's 0.88, the backbone's 0.02 of healthy: the backbone is collapsing.")
+    rank_only = {**healthy, "rankme_head": 1.2}  # std fine, one direction of 64: RankMe alone warns
+    assert monitors_caption([rank_only]).endswith("the head is collapsing.")
+    both = {**sick_backbone, "std_head": 0.001}
+    assert monitors_caption([both]).endswith("the head and the backbone are collapsing.")
+    assert monitors_caption([sick_backbone, healthy]).endswith("no collapse.")  # the last record decides
+
+
+def test_several_monitor_logs_in_one_folder_are_not_drawn_as_one_curve(tmp_path) -> None:
+    """Two runs' GeometryMonitor logs side by side: the newest is plotted, a note names the others,
+    and the page is titled by it; the diagnose note points at a checkpoint (there is none here)."""
+    import os
+
+    rec = {"batch": 16, "rankme_backbone": 5.0, "rankme_head": 3.0, "std_backbone": 0.2, "std_head": 0.2,
+           "std_healthy_backbone": 0.35, "std_healthy_head": 0.5}
+    (tmp_path / "geometry.jsonl").write_text("".join(json.dumps({"step": s, **rec}) + "\n" for s in (1, 2, 3)))
+    (tmp_path / "b.jsonl").write_text("".join(json.dumps({"step": s, **rec}) + "\n" for s in (10, 20)))
+    os.utime(tmp_path / "geometry.jsonl", (2_000_000_000, 2_000_000_000))  # the newer of the two
+    os.utime(tmp_path / "b.jsonl", (1_000_000_000, 1_000_000_000))
+    _, monitors = read_metrics(tmp_path)
+    assert [m["step"] for m in monitors] == [1, 2, 3]
+    res = make_report(tmp_path)
+    assert any(n.startswith("2 GeometryMonitor logs here (b.jsonl, geometry.jsonl): the curves are the newest, "
+                            "geometry.jsonl") for n in res.notes), res.notes
+    html_text = res.html.read_text()
+    assert "<title>geohead run report: GeometryMonitor log geometry.jsonl</title>" in html_text
+    assert any("`geohead diagnose CKPT`" in n for n in res.notes) and not any("diagnose " + str(tmp_path) in n for n in res.notes)
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "geometry.jsonl").write_text((tmp_path / "b.jsonl").read_text())
+    assert not any("GeometryMonitor logs here" in n for n in make_report(one).notes)
+
+
+def test_a_missing_report_input_lists_every_input_report_takes(tmp_path) -> None:
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "barlow.diagnose.json")])
+    assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
+    assert "a folder of GeometryMonitor *.jsonl logs, or the JSON of `geohead diagnose`" in res.output, res.output

@@ -20,6 +20,11 @@ def _numbers(records: list[dict], key: str) -> list[tuple[Any, float]]:
             if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
 
 
+def _number(x: Any) -> float | None:
+    """``x`` as a finite float, else None (a missing, boolean or non-finite value)."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
 def _ends(values: list[float]) -> tuple[float, float]:
     """Means of the first and the last tenth of ``values`` (one value each at least): the ends
     of a noisy curve."""
@@ -51,17 +56,31 @@ def loss_caption(losses: list[dict]) -> str:
 
 
 def monitors_caption(monitors: list[dict]) -> str:
-    """What the collapse monitors say: the head's std of normalised outputs against its healthy value."""
+    """What the collapse monitors say: the last record's std of normalised outputs of the head and
+    the backbone against their healthy 1/√dim, and a collapse where ``geohead diagnose`` warns of one
+    (:func:`geohead.diagnose.verdict.collapse_warning`: the std ratio or RankMe too low)."""
+    from geohead.diagnose.verdict import collapse_warning
+
     look = ("Look for RankMe falling towards 1 or the std falling far below its healthy 1/√dim line: collapse "
             "(the head usually goes first).")
-    std = [v for _, v in _numbers(monitors, "std_head") if math.isfinite(v)]
-    healthy = [v for _, v in _numbers(monitors, "std_healthy_head") if math.isfinite(v) and v > 0]
-    if not std or not healthy:
+    last = next((r for r in reversed(monitors) if isinstance(r, dict)), {})
+    ratios, warned = {}, []
+    for space in ("head", "backbone"):
+        std, healthy, rankme = (_number(last.get(f"{key}_{space}")) for key in ("std", "std_healthy", "rankme"))
+        if std is None or not healthy or healthy <= 0:
+            continue
+        ratios[space] = std / healthy
+        state = {"normalized_std": std, "healthy_std": healthy, "rankme": rankme, "dim": round(healthy ** -2),
+                 "n": _number(last.get("batch"))}
+        if collapse_warning(state):
+            warned.append(space)
+    if not ratios:
         return look
-    ratio = std[-1] / healthy[-1]
-    if ratio < 0.2:
-        return look + f" Here the head's last std is {ratio:.2f} of healthy: the head is collapsing."
-    return look + f" Here the head's last std is {ratio:.2f} of healthy: no collapse."
+    shown = ", ".join(f"the {space}'s {r:.2f}" for space, r in ratios.items())
+    if warned:
+        verb = "is" if len(warned) == 1 else "are"
+        return look + f" Here the last std is {shown} of healthy: the {' and the '.join(warned)} {verb} collapsing."
+    return look + f" Here the last std is {shown} of healthy: no collapse."
 
 
 def _class_target(targets: dict[str, Any]) -> str:
@@ -82,7 +101,9 @@ def probes_caption(probes: dict[str, Any]) -> str:
     b, h, chance = float(t["backbone"][kind]), float(t["head"][kind]), float(t.get("chance") or 0.0)
     look = "Look for the backbone above the head on the class: the guillotine gap, expected. "
     acc = f"({kind} on {target}: backbone {b:.3f}, head {h:.3f}, chance {chance:.3f})"
-    if max(b, h) < chance + 0.1 * (1 - chance):
+    from geohead.diagnose.verdict import near_chance
+
+    if near_chance(max(b, h), chance):
         return look + f"Here both are near chance {acc}: the run learned little (collapsed, or too short)."
     if b - h > LEVEL_ACC:
         return look + f"Here backbone above head {acc}: the guillotine gap, expected; use the backbone's features."

@@ -33,7 +33,8 @@ from geohead.io import folder_problem, outermost_new, read_json, read_small, ref
 from geohead.plotting import MatplotlibMissing, require_matplotlib
 from geohead.report.captions import loss_caption, monitors_caption, probes_caption
 from geohead.report.run_plots import (
-    plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression, read_metrics,
+    monitor_files, monitor_log, plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors,
+    plot_orbit_compression, read_metrics,
 )
 
 
@@ -43,6 +44,11 @@ MAX_PLOT_FILE = 32 << 20
 MAX_PNGS = 64
 #: how to mend a diagnose report geohead cannot read
 _AGAIN = "run `geohead diagnose` again or remove it"
+
+
+#: what ``geohead report`` takes, for its errors
+_INPUTS = ("a run folder (geohead train), a search folder (geohead search), a folder of GeometryMonitor *.jsonl logs, "
+           "or the JSON of `geohead diagnose`")
 
 
 class ReportError(ValueError):
@@ -64,7 +70,7 @@ def detect(folder: str | os.PathLike) -> str:
     """``"search"`` (search.json or trials.csv), ``"run"`` (metrics.jsonl or a checkpoint), else ReportError."""
     d = Path(folder)
     if not d.exists():
-        raise ReportError(f"{str(d)!r} does not exist; give a run folder (geohead train) or a search folder (geohead search)")
+        raise ReportError(f"{str(d)!r} does not exist; give {_INPUTS}")
     if d.is_file() and d.suffix == ".json" and _is_diagnose(d):
         return "run"
     if not d.is_dir():
@@ -74,15 +80,13 @@ def detect(folder: str | os.PathLike) -> str:
         if kind in ("lightning", "torch", "torch-legacy", "safetensors"):
             raise ReportError(f"{str(d)!r} is {describe_kind(kind)}, a checkpoint: report plots what `geohead diagnose` "
                               f"measures; run `geohead diagnose {d}` and give its JSON (default {d.with_name(d.stem + '.diagnose.json')})")
-        raise ReportError(f"{str(d)!r} is not a folder; give a run folder (geohead train) or a search folder (geohead search)")
+        raise ReportError(f"{str(d)!r} is not a folder nor a diagnose report; give {_INPUTS}")
     if (d / "search.json").is_file() or (d / "trials.csv").is_file():
         return "search"
     from geohead.training.checkpoint import RUN_CHECKPOINTS
 
     if any((d / name).is_file() for name in ("metrics.jsonl", "diagnose.json", *RUN_CHECKPOINTS)):
         return "run"
-    from geohead.report.run_plots import monitor_files
-
     if monitor_files(d):
         return "run"
     raise ReportError(
@@ -180,6 +184,9 @@ def _run_title(run: Path, page: _Page) -> str:
         if not isinstance(cfg, dict):
             page.notes.append("config.json is not a JSON object; skipped")
             cfg = {}
+    log = None if cfg or (run / "metrics.jsonl").is_file() else monitor_log(run)
+    if log is not None:  # a folder of GeometryMonitor logs from the user's own loop
+        return f"GeometryMonitor log {log.name}"
     title_bits = [str(cfg.get("objective", "run")), str((cfg.get("backbone") or {}).get("name") or "default backbone"),
                   str((cfg.get("data") or {}).get("name", ""))]
     return " / ".join(b for b in title_bits if b)
@@ -199,6 +206,11 @@ def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
                           "for the loss curve")
     if not own and not monitors:
         page.notes.append("no metrics.jsonl or GeometryMonitor JSONL here: no curves over steps")
+    logs = [] if own else monitor_files(run)
+    if len(logs) > 1:
+        page.notes.append(f"{len(logs)} GeometryMonitor logs here ({', '.join(p.name for p in logs[:8])}"
+                          f"{', ...' if len(logs) > 8 else ''}): the curves are the newest, {monitor_log(run).name}; "
+                          "give each run its own folder to report the others")
     if (monitors or own) and not any("hessian_lambda_min" in m for m in monitors):
         page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe, or "
                           "GeometryMonitor(objective=..., hessian_every=K), for λ_min/λ_max over steps)")
@@ -255,8 +267,12 @@ def _read_diagnose(run: Path, diag_path: Path) -> dict[str, Any] | None:
 def _diagnose_section(page: _Page, run: Path, out: Path, diag: dict[str, Any] | None) -> None:
     """The geometry figures and table of diagnose.json (``diag``), or a note saying how to make it."""
     if diag is None:
-        page.notes.append(f"no diagnose.json: run `geohead diagnose {run}` for orbit compression, the Hessian spectral "
-                          "density and the guillotine plots")
+        from geohead.training.checkpoint import RUN_CHECKPOINTS
+
+        what = run if any((run / name).is_file() for name in RUN_CHECKPOINTS) else "CKPT"
+        page.notes.append(f"no diagnose.json: run `geohead diagnose {what}` for orbit compression, the Hessian spectral "
+                          "density and the guillotine plots" + ("" if what == run else
+                                                                 " of the model's checkpoint, and report its JSON"))
         return
     parts = [*page.figure(plot_orbit_compression(diag, out / "orbit_compression.png")),
              *page.figure(plot_density(diag, out / "hessian_density.png"))]

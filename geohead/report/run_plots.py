@@ -61,22 +61,30 @@ def monitor_files(folder: str | os.PathLike) -> list[Path]:
     return found
 
 
+def monitor_log(folder: str | os.PathLike) -> Path | None:
+    """The GeometryMonitor log a report plots: the newest of :func:`monitor_files` (several logs in
+    one folder are several runs, whose records would interleave on one curve), None without one."""
+    files = monitor_files(folder)
+    return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
+
+
 def read_metrics(run: str | os.PathLike, error: Callable[[str], Exception] = ValueError) -> tuple[list[dict], list[dict]]:
     """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, those of the
-    folder's GeometryMonitor JSONL files (:func:`monitor_files`): the monitor records, and as loss
+    folder's GeometryMonitor JSONL file (:func:`monitor_log`): the monitor records, and as loss
     records those holding a ``loss`` (what ``GeometryMonitor.log_loss`` gives them). Lines that
     fail to parse are skipped; a file above :data:`geohead.io.MAX_RECORDS_FILE` bytes is ``error``."""
     path = Path(run) / "metrics.jsonl"
     losses, monitors = Thinned(MAX_PLOTTED), Thinned(MAX_PLOTTED)
-    paths = [path] if path.is_file() else monitor_files(run)
+    own = path.is_file()
+    log = path if own else monitor_log(run)
     hint = "a run's records are far smaller: this is not a run's metrics file"
-    for p in paths:
+    for p in [log] if log is not None else []:
         for _, rec in json_lines(p, "metrics file", hint, error):
             if not isinstance(rec, dict):
                 continue
-            if rec.get("kind") == "monitor" or (paths != [path] and "rankme_head" in rec):
+            if rec.get("kind") == "monitor" or (not own and "rankme_head" in rec):
                 monitors.add(rec)
-                if paths != [path] and "loss" in rec:  # a loss logged on a GeometryMonitor record
+                if not own and "loss" in rec:  # a loss logged on a GeometryMonitor record
                     losses.add(rec)
             elif "loss" in rec:
                 losses.add(rec)
@@ -280,4 +288,4 @@ def plot_guillotine(probes: dict, path: Path,
 
 
 __all__ = ["plot_density", "plot_guillotine", "plot_hessian_tracking", "plot_loss", "plot_monitors",
-           "plot_orbit_compression", "read_metrics"]
+           "plot_orbit_compression", "monitor_log", "read_metrics"]
