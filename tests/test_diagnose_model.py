@@ -112,3 +112,24 @@ def test_the_stage_bar_shows_an_eta_and_ends_full() -> None:
     for msg, part in [("H_eff", "hessian"), ("collapse", "collapse"), ("probes", "probes"), ("", None)]:
         bar(msg, part)
     assert bar.bar.n == bar.bar.total and "<" in out.getvalue()  # elapsed<remaining: the ETA
+
+
+def test_the_guillotine_gap_is_read_only_above_chance_and_beyond_the_probe_noise() -> None:
+    """Near chance the gap says nothing; within twice the binomial noise of the two accuracies on
+    the probe's test images it is no gap; beyond it, the usual reading."""
+    from geohead.diagnose.verdict import verdict
+
+    def gap(b: float, h: float, n: int | None, chance: float = 0.1) -> str:
+        report = {"probes": {"targets": {"class": {"chance": chance, "backbone": {"knn": b}, "head": {"knn": h}}}},
+                  "data": {"probe_split": {"n_test": n}}}
+        return verdict(report).split("Guillotine gap")[1]
+
+    # an untrained model: 0.125 vs 0.0625 on 64 images, chance 0.109 (both below 0.109 + 0.1 * 0.891)
+    assert "both near chance, 0.109: the features separate the classes little" in gap(0.125, 0.0625, 64, chance=0.109375)
+    # 0.50 vs 0.45 on 200 images: noise 2 * sqrt((0.25 + 0.2475) / 200) = 0.0998 > 0.05
+    noise = 2 * math.sqrt((0.5 * 0.5 + 0.45 * 0.55) / 200)
+    assert f"within the probe's sampling noise, about ±{noise:.3f} on 200 test images: no gap to read" in gap(0.5, 0.45, 200)
+    # the same accuracies on 2,000 images: noise 0.0316 < 0.05, the backbone keeps what the head drops
+    assert "+0.050 (the backbone keeps what the head drops: use the backbone)" in gap(0.5, 0.45, 2000)
+    assert "(the head loses nothing the probe sees)" in gap(0.45, 0.6, 2000)
+    assert "keeps what the head drops" in gap(0.8, 0.6, None)  # a report without its probe split: no noise to read

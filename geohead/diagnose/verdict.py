@@ -5,7 +5,8 @@
   :data:`STD_RATIO_COLLAPSED` of the healthy 1/√width, or RankMe below
   :data:`RANKME_FRACTION_COLLAPSED` of min(N, width);
 * whether the head compresses (> 1) or expands (< 1) augmentation orbits (``orbit_summary``);
-* the guillotine gap: the backbone's kNN class accuracy minus the head's.
+* the guillotine gap: the backbone's kNN class accuracy minus the head's, read only where the
+  accuracies are above chance and the gap beyond twice the probe's binomial sampling noise.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from typing import Any
 STD_RATIO_COLLAPSED = 0.1
 #: RankMe below this fraction of min(N, width) is a collapse warning (1 direction of 512 is 0.002).
 RANKME_FRACTION_COLLAPSED = 0.02
+#: A probe accuracy below chance + this share of the way from chance to 1 is near chance: the gap says nothing.
+NEAR_CHANCE = 0.1
 
 
 def _num(x: Any) -> float | None:
@@ -68,21 +71,36 @@ def _orbit_sentence(summary: dict[str, Any]) -> str:
             f"> 1 compresses).")
 
 
-def _gap_sentence(probes: dict[str, Any] | None) -> str:
+def _gap_sentence(probes: dict[str, Any] | None, n_test: int | None) -> str:
     cls = ((probes or {}).get("targets") or {}).get("class")
     if not cls:
         return "No guillotine probes."
     b, h = _num(cls["backbone"].get("knn")), _num(cls["head"].get("knn"))
     if b is None or h is None:
         return "Guillotine probes: no finite kNN accuracy."
+    gap = f"Guillotine gap (kNN class accuracy): backbone {b:.3f} vs head {h:.3f}, {b - h:+.3f}"
+    chance = _num(cls.get("chance")) or 0.0
+    if near_chance(max(b, h), chance):
+        return gap + f" (both near chance, {chance:.3f}: the features separate the classes little, so the gap says nothing)."
+    noise = 2 * math.sqrt((b * (1 - b) + h * (1 - h)) / n_test) if n_test else None
+    if noise is not None and abs(b - h) <= noise:
+        return gap + f" (within the probe's sampling noise, about ±{noise:.3f} on {n_test} test images: no gap to read)."
     keep = "the backbone keeps what the head drops: use the backbone" if b > h else "the head loses nothing the probe sees"
-    return f"Guillotine gap (kNN class accuracy): backbone {b:.3f} vs head {h:.3f}, {b - h:+.3f} ({keep})."
+    return gap + f" ({keep})."
+
+
+def near_chance(accuracy: float, chance: float) -> bool:
+    """Whether a probe's ``accuracy`` is below chance + :data:`NEAR_CHANCE` of the way to 1."""
+    return accuracy < chance + NEAR_CHANCE * (1 - chance)
 
 
 def verdict(report: dict[str, Any]) -> str:
     """The paragraph: collapse warnings, compresses / expands, the guillotine gap."""
+    split = (report.get("data") or {}).get("probe_split") or {}
+    n_test = split.get("n_test") if isinstance(split.get("n_test"), int) and not isinstance(split.get("n_test"), bool) else None
     return " ".join([_collapse_sentence(report.get("collapse") or {}), _orbit_sentence(report.get("orbit_summary") or {}),
-                     _gap_sentence(report.get("probes"))])
+                     _gap_sentence(report.get("probes"), n_test if n_test and n_test > 0 else None)])
 
 
-__all__ = ["RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "collapse_warning", "orbit_summary", "verdict"]
+__all__ = ["NEAR_CHANCE", "RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "collapse_warning", "near_chance", "orbit_summary",
+           "verdict"]
