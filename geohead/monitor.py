@@ -89,7 +89,8 @@ class GeometryMonitor:
     head's input shares its storage), else the oldest backbone output of the step with the head
     input's batch size, else the head's input itself.
 
-    Effective Hessian (optional, with ``objective``): every ``hessian_every``-th record also holds
+    Effective Hessian (optional, with ``objective``): every ``hessian_every``-th record (the K-th,
+    2K-th, ... counted from 1 as steps are) also holds
     λ_min/λ_max and the number of negative Ritz values of H_eff, and ‖M‖_F/‖H_eff‖_F, at the
     current backbone features of ``hessian_samples`` rows of the two views (the two head calls of
     the step; with ``calls_per_step=1``, the two halves of the batch), with
@@ -316,7 +317,8 @@ class GeometryMonitor:
 
     # ------------------------------------------------------------------ measurements
     def _hessian_due(self) -> bool:
-        return bool(self.hessian_every) and self.records % self.hessian_every == 0
+        """Whether the record being made is a K-th one (K = hessian_every), records counted from 1 as steps are."""
+        return bool(self.hessian_every) and (self.records + 1) % self.hessian_every == 0
 
     def _measure(self, step: int, feats: Tensor, embs: Tensor) -> dict[str, Any]:
         from geohead.geometry import collapse_record
