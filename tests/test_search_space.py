@@ -302,6 +302,12 @@ def test_missing_cifar_fails_before_anything_is_written_and_names_download(tmp_p
     assert res.exit_code == 2, res.output
     assert "cifar10 not found under" in res.output and "--download" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "s").exists()
+    # diagnose has no --download: the message names the options it does have (--data-root, an .npz for --data)
+    from geohead.data import load_dataset
+
+    with pytest.raises(FileNotFoundError) as err:
+        load_dataset("cifar10", root=tmp_path / "no_cifar_here", n=10)
+    assert "--data-root DIR of geohead search and diagnose" in str(err.value) and "(--data path/to/cifar10.npz)" in str(err.value)
 
 
 def test_download_is_asked_once_before_the_workers(tmp_path, monkeypatch) -> None:

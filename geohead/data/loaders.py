@@ -205,9 +205,11 @@ def _load_cifar(name: str, root: str | os.PathLike | None, train: bool, download
         ds = cls(str(base), train=train, download=download)
     except RuntimeError as e:  # torchvision: "Dataset not found or corrupted."
         raise FileNotFoundError(
-            f"{name} not found under {str(base)!r} ({e}). Pass download=True (needs internet; in a recipe "
-            f"data.download = true, for geohead search --download), point root at a folder holding torchvision's '{cls.base_folder}', or use an "
-            f".npz copy: load_dataset('path/to/{name}.npz') with {NPZ_LAYOUT}."
+            f"{name} not found under {str(base)!r} ({e}). Point at a folder holding torchvision's '{cls.base_folder}' "
+            f"(--data-root DIR of geohead search and diagnose, data.root in a recipe, root= in Python; default "
+            f"$GEOHEAD_DATA or ~/.cache/geohead/data), let torchvision download it there (needs internet: geohead search "
+            f"--download, data.download = true in a recipe, download=True in Python), or give an .npz copy instead of "
+            f"{name} (--data path/to/{name}.npz) with {NPZ_LAYOUT}."
         ) from e
     mean, std = CIFAR_STATS[name]
     return ImageData(
