@@ -31,7 +31,7 @@ def test_the_premise_fails_for_barlow_and_the_criterion_is_off_with_the_reason()
     p = premise("barlow")
     assert not p.holds and p.frame == "ambient" and p.lambda_min_objective < 0 < p.lambda_max_objective
     assert p.objective == "barlow" and p.why.startswith("its Hessian is indefinite (λ_min -")
-    assert "premise fails for barlow: its Hessian is indefinite (λ_min -" in criterion_record(p)["reason"]
+    assert "not needed for barlow (not a fault): Thm 4.1's premise fails there: its Hessian is indefinite (λ_min -" in criterion_record(p)["reason"]
     assert describe_criterion(p).startswith("escape criterion OFF: ") and "recorded, not used" in describe_criterion(p)
     # no pruning by escape curvature, whatever the head
     assert screen_verdict({"screen_escape_negative": 0.0}, p) is None

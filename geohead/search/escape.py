@@ -61,8 +61,9 @@ def _reason(premise: EscapePremise) -> str:
     if premise.holds:
         return (f"Thm 4.1's premise holds for {premise.objective}: {premise.why} ({where}); a head without negative "
                 "curvature at collapse cannot escape it, so the screen prunes it")
-    return (f"Thm 4.1's premise fails for {premise.objective}: {premise.why} ({where}); every head gets negative "
-            "curvature from the objective, so the head's escape curvature is recorded, not used")
+    return (f"not needed for {premise.objective} (not a fault): Thm 4.1's premise fails there: {premise.why} ({where}); "
+            "every head gets negative curvature from the objective itself, so the head's escape curvature is recorded, "
+            "not used")
 
 
 #: What the header adds when ``--no-escape`` turns the constraint off where the premise holds.

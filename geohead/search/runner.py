@@ -148,7 +148,7 @@ def run_search(cfg: SearchConfig, echo: Callable[[str], None] | None = None) -> 
     t0 = time.time()
     deadline = t0 + cfg.timeout if cfg.timeout else None
     say(f"geohead search: {cfg.objective} on {cfg.data}, study {cfg.study_name!r} in {describe(url)}, "
-        f"{len(study.trials)} trial(s) stored, target {cfg.trials} heads"
+        f"{count_trials(study)['done']} of {cfg.trials} heads measured so far"
         + (f", timeout {cfg.timeout:.0f} s" if cfg.timeout else "") + f" -> {out}")
     what = "score" if cfg.multi or cfg.score != "knn" else "kNN"
     bar = StudyProgress(cfg.trials, cfg.timeout, what=what, enabled=cfg.progress)
