@@ -135,10 +135,11 @@ def _probe_split(data: Any, data_test: Any, data_root: Any, img_size: int, s: Di
 def _objective_key(objective: str | nn.Module) -> str | None:
     """The registry key of an objective name (None for a built objective); an unknown name is a ValueError."""
     from geohead.objectives import OBJECTIVES
+    from geohead.pretrained.layouts import METHOD_NAMES
 
     if not isinstance(objective, str):
         return None
-    key = {"barlowtwins": "barlow", "barlow_twins": "barlow"}.get(objective.lower(), objective.lower())
+    key = METHOD_NAMES.get(objective.lower(), objective.lower())
     if key not in OBJECTIVES:
         raise ValueError(f"unknown objective {objective!r}; choose one of {sorted(OBJECTIVES)} (or pass an Objective)")
     return key
