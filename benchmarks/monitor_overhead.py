@@ -57,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=4, help="pairs of blocks (without, with), each of --every steps")
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--every", type=int, default=20)
-    p.add_argument("--hessian-every", type=int, default=0, help="H_eff on every K-th record (0: off)")
+    p.add_argument("--hessian-every", type=int, default=0, choices=(0, 1),
+                   help="1: time an H_eff on each block's record (a fresh monitor per block makes one record); 0: off")
     p.add_argument("--n", type=int, default=4096, help="shapes images")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--verbose", action="store_true", help="print every step's wall time")

@@ -102,13 +102,13 @@ def test_json_lines_stream_records_and_skip_overlong_or_deep_lines(tmp_path) -> 
 
 def test_a_report_thins_a_long_log_evenly(tmp_path, monkeypatch) -> None:
     """More loss records than a report plots: every 2^k-th is kept, the first included, at most the bound."""
-    from geohead.report import run_plots
+    from geohead.report import curves
 
-    monkeypatch.setattr(run_plots, "MAX_PLOTTED", 100)
+    monkeypatch.setattr(curves, "MAX_PLOTTED", 100)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "loss": 1.0}) + "\n" for i in range(1000)))
-    losses, monitors = run_plots.read_metrics(tmp_path)
+    losses, monitors = curves.read_metrics(tmp_path)
     assert [r["step"] for r in losses] == list(range(0, 1000, 16)) and monitors == []  # 63 records, stride 16
-    thin = run_plots.Thinned(4)
+    thin = curves.Thinned(4)
     for i in range(9):
         thin.add({"step": i})
     assert [r["step"] for r in thin.kept] == [0, 4, 8]

@@ -557,8 +557,8 @@ def test_diagnose_says_what_it_assumed_where_the_checkpoint_records_nothing(tmp_
     res = CliRunner().invoke(main, ["diagnose", str(tmp_path / "resnet.safetensors"), *small, "--json", str(tmp_path / "a.json")])
     assert res.exit_code == 0, res.output
     warned = [ln for ln in res.output.splitlines() if ln.startswith("warning:")]
-    assert warned == ["warning: assumed: input size 32 pixels (give --img-size) and the data's own mean/std (give --mean "
-                      "and --std): the checkpoint does not record what it was trained with"]
+    assert warned == ["warning: assumed: input size 32 pixels (give --img-size, img_size=) and the data's own mean/std "
+                      "(give --mean and --std, mean= and std=): the checkpoint does not record what it was trained with"]
     report = json.loads((tmp_path / "a.json").read_text())
     assert report["data"]["img_size"] == 32 and report["pretrained"]["backbone"]["img_size"] == 32
     assert report["data"]["normalisation"] == "data" and "normalised with the data's own mean/std" in res.output
@@ -575,7 +575,8 @@ def test_diagnose_says_what_it_assumed_where_the_checkpoint_records_nothing(tmp_
 
 @pytest.mark.parametrize("command", ["diagnose", "export"])
 def test_a_missing_checkpoint_is_named_missing_with_what_the_command_takes(tmp_path, command):
-    """Not "a geohead run" (a missing path used to read as one, so --method was refused)."""
+    """A missing path, or a link to one, is named missing, with what the command reads; never "a
+    geohead run", which would refuse --method."""
     from click.testing import CliRunner
 
     from geohead.cli import main
@@ -588,3 +589,8 @@ def test_a_missing_checkpoint_is_named_missing_with_what_the_command_takes(tmp_p
         assert "checkpoint trained elsewhere (Lightning .ckpt, a torch .pt/.pth state_dict, .safetensors)" in res.output
         assert "is a geohead run" not in res.output
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+    (tmp_path / "moved.ckpt").symlink_to(tmp_path / "gone.ckpt")  # a link whose target went away
+    res = CliRunner().invoke(main, [command, str(tmp_path / "moved.ckpt"), "--method", "barlow"]
+                             + (["--out", str(tmp_path / "e")] if command == "export" else []))
+    assert res.exit_code == 2 and "moved.ckpt' does not exist" in res.output, res.output
+    assert not (tmp_path / "e").exists() and not list(tmp_path.glob("*.json"))

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from geohead.cli import main
 from geohead.report.page import make_report
-from geohead.report.run_plots import read_metrics
+from geohead.report.curves import read_metrics
 from tiny_runs import tiny_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -353,3 +353,27 @@ def test_a_missing_report_input_lists_every_input_report_takes(tmp_path) -> None
     res = CliRunner().invoke(main, ["report", str(tmp_path / "barlow.diagnose.json")])
     assert res.exit_code == 2 and "does not exist" in res.output and "Traceback" not in res.output
     assert "a folder of GeometryMonitor *.jsonl logs, or the JSON of `geohead diagnose`" in res.output, res.output
+
+
+def test_a_monitor_log_appended_by_a_rerun_is_drawn_from_its_last_run(tmp_path) -> None:
+    """GeometryMonitor appends to its log_file, so a rerun of the same loop starts again at step 1
+    in the same file: the report keeps the last run, and says so."""
+    import torch
+    from torch import nn
+
+    from geohead import GeometricHead
+    from geohead.monitor import GeometryMonitor
+
+    torch.manual_seed(0)
+    backbone, head = nn.Linear(6, 8), GeometricHead(8, 4, hidden_dim=8)
+    for steps in (3, 2):  # the same loop run twice with one log file
+        with GeometryMonitor(backbone, head, every=1, log_file=tmp_path / "geometry.jsonl") as monitor:
+            for _ in range(steps):
+                head(backbone(torch.randn(16, 6)))
+                monitor.log_loss(torch.tensor(1.0))
+    lines = [json.loads(x) for x in (tmp_path / "geometry.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [1, 2, 3, 1, 2]
+    losses, monitors = read_metrics(tmp_path)
+    assert monitors == lines[3:] and losses == [r for r in lines[3:] if "loss" in r] and len(losses) == 1
+    res = make_report(tmp_path)
+    assert any(n.startswith("geometry.jsonl holds 2 runs (its steps start again 1 time(s)") for n in res.notes), res.notes

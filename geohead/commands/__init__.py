@@ -6,8 +6,10 @@ value and the fix, no traceback); heavy libraries are imported inside the comman
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import warnings
-from typing import Iterator, NoReturn
+from typing import Any, Callable, Iterator, NoReturn
 
 import click
 
@@ -23,23 +25,39 @@ def fail(message: str) -> NoReturn:
 
 
 @contextlib.contextmanager
-def warnings_to_stderr() -> Iterator[None]:
+def warnings_to_stderr(write: Callable[[str], None] | None = None) -> Iterator[None]:
     """Inside: each UserWarning (an assumption the library made, e.g. a default input size) is
-    printed at once as one ``warning: ...`` line on stderr, without Python's file and line."""
+    printed at once as one ``warning: ...`` line on stderr (through ``write`` when given, e.g. a
+    progress bar's), without Python's file and line, once per place as Python's default filter
+    does; other warning categories are shown as before."""
     with warnings.catch_warnings():
-        warnings.simplefilter("always", UserWarning)
-        warnings.showwarning = lambda message, *args, **kwargs: click.echo(f"warning: {message}", err=True)
+        warnings.simplefilter("default", UserWarning)
+        shown = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if not issubclass(category, UserWarning):
+                shown(message, category, *args, **kwargs)
+            elif write is not None:
+                write(f"warning: {message}")
+            else:
+                click.echo(f"warning: {message}", err=True)
+
+        warnings.showwarning = show
         yield
 
 
 def missing_source(source: str, accepted: str) -> None:
-    """Exit 2 when the SOURCE argument of a command names nothing, listing what it accepts."""
-    import os
-
-    try:  # a name the system refuses for its length is not "missing": geohead.cli names that
-        os.lstat(source)
-    except (FileNotFoundError, NotADirectoryError):
-        fail(f"{source!r} does not exist; give {accepted}")
+    """Exit 2 when the SOURCE argument of a command names nothing readable (a dangling link
+    included), listing what the command accepts; a name too long for the system is left to
+    :mod:`geohead.cli`, which names that."""
+    try:
+        os.stat(source)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise
+        if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+            fail(f"{source!r} does not exist; give {accepted}")
+        fail(f"{source!r} cannot be read ({exc.strerror or exc}); give {accepted}")
 
 
 def toml_str(value: str) -> str:

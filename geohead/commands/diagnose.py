@@ -66,7 +66,7 @@ def diagnose(source: str, data: str | None, data_test: str | None, data_root: st
 
     line = lambda msg: click.echo(f"diagnose: {msg} ...", err=True)  # noqa: E731
     progress = stage_sink("auto", len(settings.families), settings.probes) if _tty() else line
-    with warnings_to_stderr():
+    with warnings_to_stderr(getattr(progress, "write", None)):
         try:
             settings.validate()
             if is_geohead_source(source):

@@ -12,7 +12,7 @@ from geohead.commands import fail
 def report(folder: str, out_dir: str | None) -> None:
     """Plot a run folder (loss, collapse monitors, Hessian extremes over steps; orbit compression,
     Hessian spectral density and guillotine probes from its diagnose.json), a folder of
-    GeometryMonitor *.jsonl files, the JSON of `geohead diagnose CKPT`, or a search folder
+    GeometryMonitor *.jsonl files (the newest log's last run), the JSON of `geohead diagnose CKPT`, or a search folder
     (criteria vs accuracy, Pareto front), and write one self-contained report.html.
     """
     from geohead.report.page import ReportError, make_report

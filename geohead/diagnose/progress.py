@@ -21,7 +21,8 @@ class StageBar:
         from tqdm.auto import tqdm
 
         total = sum(w for k, w in WEIGHTS.items() if k != "orbits" and (probes or k != "probes")) + families * WEIGHTS["orbits"]
-        self.bar = tqdm(total=total, desc="diagnose", unit="", file=file or sys.stderr, disable=disable, leave=False,
+        self.file = file or sys.stderr
+        self.bar = tqdm(total=total, desc="diagnose", unit="", file=self.file, disable=disable, leave=False,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}] {postfix}")
         self.part: str | None = None
 
@@ -33,6 +34,10 @@ class StageBar:
             self.close()
         else:
             self.bar.set_postfix_str(msg, refresh=True)
+
+    def write(self, text: str) -> None:
+        """``text`` as a line of its own above the bar (a warning while a stage runs)."""
+        self.bar.write(text, file=self.file)
 
     def close(self) -> None:
         self.bar.close()

@@ -45,6 +45,15 @@ _NORMALISATION = {"training": "the training data's mean/std", "given": "the mode
                   "data": "the data's own mean/std (the model's were not given)"}
 
 
+def _normalisation(report: dict[str, Any]) -> str:
+    """Which mean/std the images were normalised with: the report's ``data.normalisation``; a
+    geohead run's report without it used the training data's, a foreign model's did not say."""
+    key = report["data"].get("normalisation")
+    if isinstance(key, str) and key in _NORMALISATION:
+        return _NORMALISATION[key]
+    return "a mean/std the report does not name" if report.get("pretrained") else _NORMALISATION["training"]
+
+
 def _head_text(src: dict[str, Any]) -> str:
     """What the header says of the head: a GeometricHead's spec, else what a forward found."""
     hs = src.get("head_spec") or {}
@@ -63,7 +72,7 @@ def format_table(report: dict[str, Any]) -> str:
     lines += [
         f"geohead diagnose: {src['objective']} | backbone {src['backbone']} (d={src['backbone_dim']}) | head "
         f"{_head_text(src)}" + (f" | step {src['step']}/{src['total_steps']}" if src.get("step") is not None else ""),
-        f"data: {data['test']} ({data['n_test']} test images; normalised with {_NORMALISATION.get(data.get('normalisation'), _NORMALISATION['training'])})"
+        f"data: {data['test']} ({data['n_test']} test images; normalised with {_normalisation(report)})"
         + ("; probe-test part held out of it, disjoint from the probe-train part" if split.get("held_out") else ""),
         "",
         *textwrap.wrap("Verdict: " + verdict(report), width=110),

@@ -75,23 +75,42 @@ def _gap_sentence(probes: dict[str, Any] | None, n_test: int | None) -> str:
     cls = ((probes or {}).get("targets") or {}).get("class")
     if not cls:
         return "No guillotine probes."
-    b, h = _num(cls["backbone"].get("knn")), _num(cls["head"].get("knn"))
+    b, h = _accuracy(cls["backbone"].get("knn")), _accuracy(cls["head"].get("knn"))
     if b is None or h is None:
-        return "Guillotine probes: no finite kNN accuracy."
+        return "Guillotine probes: no kNN accuracy between 0 and 1."
     gap = f"Guillotine gap (kNN class accuracy): backbone {b:.3f} vs head {h:.3f}, {b - h:+.3f}"
-    chance = _num(cls.get("chance")) or 0.0
-    if near_chance(max(b, h), chance):
+    chance = _accuracy(cls.get("chance")) or 0.0
+    reading, noise = gap_reading(b, h, chance, n_test)
+    if reading == "near chance":
         return gap + f" (both near chance, {chance:.3f}: the features separate the classes little, so the gap says nothing)."
-    noise = 2 * math.sqrt((b * (1 - b) + h * (1 - h)) / n_test) if n_test else None
-    if noise is not None and abs(b - h) <= noise:
+    if reading == "within noise":
         return gap + f" (within the probe's sampling noise, about ±{noise:.3f} on {n_test} test images: no gap to read)."
-    keep = "the backbone keeps what the head drops: use the backbone" if b > h else "the head loses nothing the probe sees"
+    keep = "the backbone keeps what the head drops: use the backbone" if reading == "backbone" else "the head loses nothing the probe sees"
     return gap + f" ({keep})."
+
+
+def _accuracy(x: Any) -> float | None:
+    """A finite number in [0, 1], else None (a hand-edited or foreign report may hold anything)."""
+    v = _num(x)
+    return v if v is not None and 0.0 <= v <= 1.0 else None
 
 
 def near_chance(accuracy: float, chance: float) -> bool:
     """Whether a probe's ``accuracy`` is below chance + :data:`NEAR_CHANCE` of the way to 1."""
     return accuracy < chance + NEAR_CHANCE * (1 - chance)
+
+
+def gap_reading(backbone: float, head: float, chance: float, n_test: int | None) -> tuple[str, float | None]:
+    """How to read the backbone's and the head's probe accuracies (each in [0, 1]) on ``n_test``
+    test images: ``"near chance"`` (both, :func:`near_chance`), ``"within noise"`` (the gap at most
+    twice its binomial sampling noise, √((b(1 − b) + h(1 − h)) / n)), else ``"backbone"`` or
+    ``"head"`` (the higher one), with the noise (2σ; None without ``n_test``)."""
+    noise = 2 * math.sqrt((backbone * (1 - backbone) + head * (1 - head)) / n_test) if n_test else None
+    if near_chance(max(backbone, head), chance):
+        return "near chance", noise
+    if noise is not None and abs(backbone - head) <= noise:
+        return "within noise", noise
+    return ("backbone" if backbone > head else "head"), noise
 
 
 def verdict(report: dict[str, Any]) -> str:
@@ -102,5 +121,5 @@ def verdict(report: dict[str, Any]) -> str:
                      _gap_sentence(report.get("probes"), n_test if n_test and n_test > 0 else None)])
 
 
-__all__ = ["NEAR_CHANCE", "RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "collapse_warning", "near_chance", "orbit_summary",
-           "verdict"]
+__all__ = ["NEAR_CHANCE", "RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "collapse_warning", "gap_reading", "near_chance",
+           "orbit_summary", "verdict"]

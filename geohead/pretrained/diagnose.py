@@ -98,11 +98,7 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     split = _probe_split(data, data_test, data_root, img_size, s)
     test, train = split.test, (split.train if s.probes else None)
     chans = _in_chans(backbone)
-    normalisation = "given" if mean is not None and std is not None else "data"
-    if mean is None or std is None:
-        ref = train or test
-        mean = list(ref.mean) if chans == 3 else [0.5]
-        std = list(ref.std) if chans == 3 else [0.25]
+    mean, std, normalisation = _input_stats(mean, std, train or test, chans)
     enc = InputAdapter(backbone, mean, std, chans).to(device).eval()
     measured, found = found_head(enc, head.to(device).eval(), test.images[:8].float().div(255.0).to(device))
     obj = _objective(objective, measured, objective_state)
@@ -118,6 +114,15 @@ def diagnose_model(backbone: nn.Module, head: nn.Module, objective: str | nn.Mod
     say("", None)
     return _json_safe(_assemble(source or {}, head, obj, predictor, teacher_head, enc, data, data_test, test, img_size, s,
                                 parts, say.seconds))
+
+
+def _input_stats(mean: Sequence[float] | None, std: Sequence[float] | None, data: Any,
+                 chans: int) -> tuple[Sequence[float], Sequence[float], str]:
+    """(mean, std, ``"given"``) when both are given, else the data's (``data.mean``/``std``; 0.5
+    and 0.25 for a grayscale backbone) and ``"data"``: what the report records as ``normalisation``."""
+    if mean is not None and std is not None:
+        return mean, std, "given"
+    return (list(data.mean), list(data.std), "data") if chans == 3 else ([0.5], [0.25], "data")
 
 
 def _probe_split(data: Any, data_test: Any, data_root: Any, img_size: int, s: DiagnoseSettings) -> Any:
@@ -277,11 +282,11 @@ def _preprocessing(pt: Any, img_size: int | None, mean: Sequence[float] | None,
     cfg = pt.backbone.geohead_config
     size = cfg.get("model_args", {}).get("img_size") or img_size or (
         cfg["img_size"] if cfg.get("img_size_source") != "default" else None)
-    assumed = [] if size else ["input size 32 pixels (give --img-size)"]
+    assumed = [] if size else ["input size 32 pixels (give --img-size, img_size=)"]
     if mean is None or std is None:
         mean, std = recorded_normalisation(pt.layout)
         if mean is None:
-            assumed.append("the data's own mean/std (give --mean and --std)")
+            assumed.append("the data's own mean/std (give --mean and --std, mean= and std=)")
     if assumed:
         note = f"assumed: {' and '.join(assumed)}: the checkpoint does not record what it was trained with"
         pt.layout.notes.append(note)

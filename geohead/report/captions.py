@@ -58,7 +58,8 @@ def loss_caption(losses: list[dict]) -> str:
 def monitors_caption(monitors: list[dict]) -> str:
     """What the collapse monitors say: the last record's std of normalised outputs of the head and
     the backbone against their healthy 1/√dim, and a collapse where ``geohead diagnose`` warns of one
-    (:func:`geohead.diagnose.verdict.collapse_warning`: the std ratio or RankMe too low)."""
+    (:func:`geohead.diagnose.verdict.collapse_warning`: the std ratio or RankMe too low; RankMe
+    against min(batch, width) where the record holds its batch, else the std alone)."""
     from geohead.diagnose.verdict import collapse_warning
 
     look = ("Look for RankMe falling towards 1 or the std falling far below its healthy 1/√dim line: collapse "
@@ -66,12 +67,16 @@ def monitors_caption(monitors: list[dict]) -> str:
     last = next((r for r in reversed(monitors) if isinstance(r, dict)), {})
     ratios, warned = {}, []
     for space in ("head", "backbone"):
-        std, healthy, rankme = (_number(last.get(f"{key}_{space}")) for key in ("std", "std_healthy", "rankme"))
-        if std is None or not healthy or healthy <= 0:
+        raw = last.get(f"std_{space}")
+        if isinstance(raw, float) and math.isnan(raw):
+            return look + f" Here the {space}'s last std is NaN: training diverged (lower the lr, clip gradients)."
+        std, healthy = _number(raw), _number(last.get(f"std_healthy_{space}"))
+        if std is None or healthy is None or not 2 ** -10 <= healthy <= 1:  # 1/√width, a width of 1 to 2^20
             continue
         ratios[space] = std / healthy
-        state = {"normalized_std": std, "healthy_std": healthy, "rankme": rankme, "dim": round(healthy ** -2),
-                 "n": _number(last.get("batch"))}
+        batch = _number(last.get("batch"))
+        state = {"normalized_std": std, "healthy_std": healthy, "dim": round(healthy ** -2), "n": batch,
+                 "rankme": _number(last.get(f"rankme_{space}")) if batch else None}
         if collapse_warning(state):
             warned.append(space)
     if not ratios:
@@ -98,19 +103,25 @@ def probes_caption(probes: dict[str, Any]) -> str:
     kind = next((p for p in (probes.get("probes") or ["knn"]) if p in t.get("backbone", {}) and p in t.get("head", {})), None)
     if kind is None:
         return ""
-    b, h, chance = float(t["backbone"][kind]), float(t["head"][kind]), float(t.get("chance") or 0.0)
+    b, h, chance = _number(t["backbone"][kind]), _number(t["head"][kind]), _number(t.get("chance")) or 0.0
+    if b is None or h is None or not (0 <= b <= 1 and 0 <= h <= 1):
+        return ""
     look = "Look for the backbone above the head on the class: the guillotine gap, expected. "
     acc = f"({kind} on {target}: backbone {b:.3f}, head {h:.3f}, chance {chance:.3f})"
-    from geohead.diagnose.verdict import near_chance
+    from geohead.diagnose.verdict import gap_reading
 
-    if near_chance(max(b, h), chance):
+    n_test = _number(((probes.get("split") or {}) if isinstance(probes.get("split"), dict) else {}).get("n_test"))
+    reading, noise = gap_reading(b, h, chance, int(n_test) if n_test and n_test >= 1 else None)
+    if reading == "near chance":
         return look + f"Here both are near chance {acc}: the run learned little (collapsed, or too short)."
-    if b - h > LEVEL_ACC:
+    if reading == "within noise" or (noise is None and abs(b - h) <= LEVEL_ACC):
+        within = f" within the probe's sampling noise (about ±{noise:.3f} on {int(n_test)} test images)" if noise else ""
+        return look + (f"Here backbone and head are level{within} {acc}: no guillotine gap (a short run, or a head "
+                       "that keeps everything).")
+    if reading == "backbone":
         return look + f"Here backbone above head {acc}: the guillotine gap, expected; use the backbone's features."
-    if h - b > LEVEL_ACC:
-        return look + (f"Here the head is above the backbone {acc}: unusual; check the probe sets are not tiny and "
-                       "that the head is not bypassing the backbone.")
-    return look + f"Here backbone and head are level {acc}: no guillotine gap (a short run, or a head that keeps everything)."
+    return look + (f"Here the head is above the backbone {acc}: unusual; check the probe sets are not tiny and "
+                   "that the head is not bypassing the backbone.")
 
 
 __all__ = ["loss_caption", "monitors_caption", "probes_caption"]

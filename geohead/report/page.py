@@ -5,7 +5,8 @@ curves, the end-of-training probes of ``probes.json`` (backbone vs head) and, fr
 geometry figures of :mod:`geohead.report.run_plots` (loss, collapse monitors, Hessian extremes over
 steps; orbit compression, the spectral density of H_eff, guillotine probes), with the run's
 summary tables. A folder holding only GeometryMonitor JSONL (someone else's loop) gets the
-monitors, and the loss curve where the file holds a loss. Each run figure has a caption
+monitors of one run (:mod:`geohead.report.curves`: the newest log's last run), and the loss curve
+where the file holds a loss. Each run figure has a caption
 (:mod:`geohead.report.captions`): what to look for, and what this run shows.
 
 For a **search folder** (``search.json`` / ``trials.csv`` of ``geohead search``): the plots of
@@ -32,9 +33,9 @@ from typing import Any, Iterable
 from geohead.io import folder_problem, outermost_new, read_json, read_small, refuse_links_out
 from geohead.plotting import MatplotlibMissing, require_matplotlib
 from geohead.report.captions import loss_caption, monitors_caption, probes_caption
+from geohead.report.curves import Curves, monitor_files, read_curves
 from geohead.report.run_plots import (
-    monitor_files, monitor_log, plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors,
-    plot_orbit_compression, read_metrics,
+    plot_density, plot_guillotine, plot_hessian_tracking, plot_loss, plot_monitors, plot_orbit_compression,
 )
 
 
@@ -160,21 +161,23 @@ class _Page:
 def _run_report(run: Path, out: Path, diag_path: Path) -> _Page:
     page = _Page()
     diag = _read_diagnose(run, diag_path)  # parsed once: the title and the geometry section
-    title = _run_title(run, page)
+    curves = read_curves(run, ReportError)  # the one log drawn, named in the title
+    title = _run_title(run, page, curves)
     page.title = f"geohead run report: {title}"
     trained_elsewhere = diag is not None and diag.get("format") == "geohead.diagnose/1" and diag.get("pretrained")
     if trained_elsewhere:  # a checkpoint geohead did not train: name it, its layout and method
         title = f"{Path(str(trained_elsewhere.get('source'))).name} ({trained_elsewhere.get('layout')}, {trained_elsewhere.get('method')})"
         page.title = f"geohead report: {title}"
-    _training_section(page, run, out, title)
+    _training_section(page, curves, out, title)
     _probes_section(page, run, out)
     _summary_section(page, run)
     _diagnose_section(page, run, out, diag)
     return page
 
 
-def _run_title(run: Path, page: _Page) -> str:
-    """objective / backbone / data of the run's config.json ("run / default backbone" without it)."""
+def _run_title(run: Path, page: _Page, curves: Curves) -> str:
+    """objective / backbone / data of the run's config.json ("run / default backbone" without it);
+    the GeometryMonitor log's name for a folder of such logs."""
     cfg = {}
     if (run / "config.json").is_file():
         try:
@@ -184,36 +187,31 @@ def _run_title(run: Path, page: _Page) -> str:
         if not isinstance(cfg, dict):
             page.notes.append("config.json is not a JSON object; skipped")
             cfg = {}
-    log = None if cfg or (run / "metrics.jsonl").is_file() else monitor_log(run)
-    if log is not None:  # a folder of GeometryMonitor logs from the user's own loop
-        return f"GeometryMonitor log {log.name}"
+    if not cfg and curves.source is not None and curves.source.name != "metrics.jsonl":  # someone else's loop
+        return f"GeometryMonitor log {curves.source.name}"
     title_bits = [str(cfg.get("objective", "run")), str((cfg.get("backbone") or {}).get("name") or "default backbone"),
                   str((cfg.get("data") or {}).get("name", ""))]
     return " / ".join(b for b in title_bits if b)
 
 
-def _training_section(page: _Page, run: Path, out: Path, title: str) -> None:
-    """Loss, collapse monitors and Hessian extremes over steps, from metrics.jsonl."""
-    losses, monitors = read_metrics(run, ReportError)
+def _training_section(page: _Page, curves: Curves, out: Path, title: str) -> None:
+    """Loss, collapse monitors and Hessian extremes over steps, from metrics.jsonl or a monitor log."""
+    losses, monitors = curves.losses, curves.monitors
     training = [*page.figure(plot_loss(losses, out / "loss.png", title), loss_caption(losses)),
                 *page.figure(plot_monitors(monitors, out / "monitors.png"), monitors_caption(monitors)),
                 *page.figure(plot_hessian_tracking(monitors, out / "hessian.png"))]
-    own = (run / "metrics.jsonl").is_file()
+    own = curves.source is not None and curves.source.name == "metrics.jsonl"
+    page.notes.extend(curves.notes)
     if not losses and own:
         page.notes.append("metrics.jsonl has no loss lines: no training curves")
     if not losses and not own and monitors:
         page.notes.append("the GeometryMonitor JSONL holds no loss: call monitor.log_loss(loss) each training step "
                           "for the loss curve")
-    if not own and not monitors:
+    if curves.source is None:
         page.notes.append("no metrics.jsonl or GeometryMonitor JSONL here: no curves over steps")
-    logs = [] if own else monitor_files(run)
-    if len(logs) > 1:
-        page.notes.append(f"{len(logs)} GeometryMonitor logs here ({', '.join(p.name for p in logs[:8])}"
-                          f"{', ...' if len(logs) > 8 else ''}): the curves are the newest, {monitor_log(run).name}; "
-                          "give each run its own folder to report the others")
     if (monitors or own) and not any("hessian_lambda_min" in m for m in monitors):
-        page.notes.append("the run did not track the effective Hessian (set track.hessian_every > 0 in the recipe, or "
-                          "GeometryMonitor(objective=..., hessian_every=K), for λ_min/λ_max over steps)")
+        page.notes.append("no record holds the effective Hessian (set track.hessian_every = K > 0 in the recipe, or "
+                          "GeometryMonitor(objective=..., hessian_every=K): every K-th record holds λ_min/λ_max)")
     page.blocks.append(("Training", "\n".join(training) or "<p>no training metrics</p>"))
 
 

@@ -16,12 +16,9 @@ hold nothing to plot. Figures come from :func:`geohead.plotting.agg_figure` (Agg
 """
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-from geohead.io import MAX_SMALL_FILE, json_lines
 from geohead.plotting import agg_figure
 
 #: The most probe targets a guillotine figure draws (a run's are the class and a few nuisance factors).
@@ -42,73 +39,6 @@ def _figure(ncols: int = 1, width: float = 6.4, height: float = 4.0) -> tuple["F
 def _save(fig: "Figure", path: Path) -> Path:
     fig.savefig(path, dpi=110)
     return path
-
-
-def monitor_files(folder: str | os.PathLike) -> list[Path]:
-    """The ``*.jsonl`` files of :class:`geohead.monitor.GeometryMonitor` (first line: a record
-    with ``step`` and ``rankme_head``) in ``folder``, by name; ``metrics.jsonl`` excluded."""
-    found = []
-    for p in sorted(Path(folder).glob("*.jsonl")):
-        if p.name == "metrics.jsonl":
-            continue
-        try:
-            with open(p) as fh:
-                first = json.loads(fh.readline(MAX_SMALL_FILE) or "{}")  # a record's line, not a whole file
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-            continue
-        if isinstance(first, dict) and "step" in first and "rankme_head" in first:
-            found.append(p)
-    return found
-
-
-def monitor_log(folder: str | os.PathLike) -> Path | None:
-    """The GeometryMonitor log a report plots: the newest of :func:`monitor_files` (several logs in
-    one folder are several runs, whose records would interleave on one curve), None without one."""
-    files = monitor_files(folder)
-    return max(files, key=lambda p: (p.stat().st_mtime, p.name)) if files else None
-
-
-def read_metrics(run: str | os.PathLike, error: Callable[[str], Exception] = ValueError) -> tuple[list[dict], list[dict]]:
-    """(loss records, monitor records) of ``RUN/metrics.jsonl``; without one, those of the
-    folder's GeometryMonitor JSONL file (:func:`monitor_log`): the monitor records, and as loss
-    records those holding a ``loss`` (what ``GeometryMonitor.log_loss`` gives them). Lines that
-    fail to parse are skipped; a file above :data:`geohead.io.MAX_RECORDS_FILE` bytes is ``error``."""
-    path = Path(run) / "metrics.jsonl"
-    losses, monitors = Thinned(MAX_PLOTTED), Thinned(MAX_PLOTTED)
-    own = path.is_file()
-    log = path if own else monitor_log(run)
-    hint = "a run's records are far smaller: this is not a run's metrics file"
-    for p in [log] if log is not None else []:
-        for _, rec in json_lines(p, "metrics file", hint, error):
-            if not isinstance(rec, dict):
-                continue
-            if rec.get("kind") == "monitor" or (not own and "rankme_head" in rec):
-                monitors.add(rec)
-                if not own and "loss" in rec:  # a loss logged on a GeometryMonitor record
-                    losses.add(rec)
-            elif "loss" in rec:
-                losses.add(rec)
-    return losses.kept, monitors.kept
-
-
-#: The most records of one kind a report plots: a longer log is thinned evenly (every 2nd, 4th, ... record).
-MAX_PLOTTED = 100_000
-
-
-class Thinned:
-    """At most ``limit`` of the records added, evenly spaced: when full, every other record kept so
-    far is dropped and from then on only every ``stride``-th added is kept, so memory stays bounded
-    however long the log."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.stride, self.seen, self.kept = limit, 1, 0, []
-
-    def add(self, rec: dict) -> None:
-        if self.seen % self.stride == 0:
-            self.kept.append(rec)
-            if len(self.kept) > self.limit:
-                self.kept, self.stride = self.kept[::2], self.stride * 2
-        self.seen += 1
 
 
 def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
@@ -288,4 +218,4 @@ def plot_guillotine(probes: dict, path: Path,
 
 
 __all__ = ["plot_density", "plot_guillotine", "plot_hessian_tracking", "plot_loss", "plot_monitors",
-           "plot_orbit_compression", "monitor_log", "read_metrics"]
+           "plot_orbit_compression"]

@@ -61,7 +61,8 @@ class Tracker:
         with torch.no_grad():
             feats_g = distributed.gather(feats.detach().float())
             embs_g = distributed.gather(embs.detach().float())
-        rec: dict[str, Any] = {"step": step, "kind": "monitor", **collapse_record(feats_g, embs_g, alpha=False)}
+        rec: dict[str, Any] = {"step": step, "kind": "monitor", "batch": int(embs_g.shape[0]),
+                               **collapse_record(feats_g, embs_g, alpha=False)}
         for name, module in (("head", model.head), ("backbone", model.backbone)):
             cur = _flat_params(module)
             if name in self._prev:
