@@ -197,14 +197,14 @@ def run_criteria(args: argparse.Namespace, objective: str, backbone: str, checkp
 
 def baselines(transfer: dict[str, Any]) -> list[dict[str, Any]]:
     """The proxy's own points: 20 epochs on w16 (``--transfer``) and the 100-epoch w16 runs of
-    search_budget (the theory pick's and the published head's), as ladder records."""
+    search_budget with the theory pick (``search_budget_theory_cpu.json``: the pick and the
+    published head, each seed), as ladder records."""
     out = [dict(r, axis="proxy", epochs=20, backbone=BASE_BACKBONE, d=BASE_D, n_train=10_000)
            for r in transfer["runs"] if r["label"] in ("found", "published")]
-    for name, label in (("search_budget_theory_cpu.json", "found"), ("search_budget_cpu.json", "published")):
-        path = RESULTS / name
-        if path.is_file():
-            out += [dict(r, axis="budget_100", backbone=BASE_BACKBONE, d=BASE_D, n_train=10_000)
-                    for r in json.loads(path.read_text())["runs"] if r["label"] == label and r["epochs"] == 100]
+    path = RESULTS / "search_budget_theory_cpu.json"
+    if path.is_file():
+        out += [dict(r, axis="budget_100", backbone=BASE_BACKBONE, d=BASE_D, n_train=10_000)
+                for r in json.loads(path.read_text())["runs"] if r["label"] in ("found", "published") and r["epochs"] == 100]
     return out
 
 
