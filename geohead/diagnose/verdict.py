@@ -21,13 +21,14 @@ RANKME_FRACTION_COLLAPSED = 0.02
 NEAR_CHANCE = 0.1
 
 
-def _num(x: Any) -> float | None:
+def finite_number(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number (not a bool), else None (a report may hold anything)."""
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
 def collapse_warning(monitors: dict[str, Any]) -> str | None:
     """Why one space's monitors (``collapse_monitors(...).to_dict()``) look collapsed, or None."""
-    std, healthy, rankme = _num(monitors.get("normalized_std")), _num(monitors.get("healthy_std")), _num(monitors.get("rankme"))
+    std, healthy, rankme = finite_number(monitors.get("normalized_std")), finite_number(monitors.get("healthy_std")), finite_number(monitors.get("rankme"))
     dim, n = monitors.get("dim") or 0, monitors.get("n") or monitors.get("dim") or 0
     reasons = []
     if std is not None and healthy:
@@ -42,8 +43,8 @@ def collapse_warning(monitors: dict[str, Any]) -> str | None:
 def _collapse_sentence(collapse: dict[str, Any]) -> str:
     warned = {sp: w for sp, m in collapse.items() if (w := collapse_warning(m))}
     if not warned:
-        parts = [f"{sp} RankMe {_num(m.get('rankme')) or 0:.3g}/{m.get('dim')}, std {_num(m.get('normalized_std')) or 0:.2g} "
-                 f"(healthy {_num(m.get('healthy_std')) or 0:.2g})" for sp, m in collapse.items()]
+        parts = [f"{sp} RankMe {finite_number(m.get('rankme')) or 0:.3g}/{m.get('dim')}, std {finite_number(m.get('normalized_std')) or 0:.2g} "
+                 f"(healthy {finite_number(m.get('healthy_std')) or 0:.2g})" for sp, m in collapse.items()]
         return "No collapse warning (" + "; ".join(parts) + ")."
     return " ".join(f"WARNING: the {sp} looks collapsed: {w}." for sp, w in warned.items())
 
@@ -61,7 +62,7 @@ def orbit_summary(orbits: dict[str, Any]) -> dict[str, Any]:
 
 
 def _orbit_sentence(summary: dict[str, Any]) -> str:
-    g = _num(summary.get("geometric_mean"))
+    g = finite_number(summary.get("geometric_mean"))
     if summary.get("note"):
         return f"Orbits: {summary['note']}."
     if summary.get("head") is None or g is None:
@@ -75,11 +76,11 @@ def _gap_sentence(probes: dict[str, Any] | None, n_test: int | None) -> str:
     cls = ((probes or {}).get("targets") or {}).get("class")
     if not cls:
         return "No guillotine probes."
-    b, h = _accuracy(cls["backbone"].get("knn")), _accuracy(cls["head"].get("knn"))
+    b, h = accuracy(cls["backbone"].get("knn")), accuracy(cls["head"].get("knn"))
     if b is None or h is None:
         return "Guillotine probes: no kNN accuracy between 0 and 1."
     gap = f"Guillotine gap (kNN class accuracy): backbone {b:.3f} vs head {h:.3f}, {b - h:+.3f}"
-    chance = _accuracy(cls.get("chance")) or 0.0
+    chance = accuracy(cls.get("chance")) or 0.0
     reading, noise = gap_reading(b, h, chance, n_test)
     if reading == "near chance":
         return gap + f" (both near chance, {chance:.3f}: the features separate the classes little, so the gap says nothing)."
@@ -89,9 +90,9 @@ def _gap_sentence(probes: dict[str, Any] | None, n_test: int | None) -> str:
     return gap + f" ({keep})."
 
 
-def _accuracy(x: Any) -> float | None:
+def accuracy(x: Any) -> float | None:
     """A finite number in [0, 1], else None (a hand-edited or foreign report may hold anything)."""
-    v = _num(x)
+    v = finite_number(x)
     return v if v is not None and 0.0 <= v <= 1.0 else None
 
 
@@ -121,5 +122,5 @@ def verdict(report: dict[str, Any]) -> str:
                      _gap_sentence(report.get("probes"), n_test if n_test and n_test > 0 else None)])
 
 
-__all__ = ["NEAR_CHANCE", "RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "collapse_warning", "gap_reading", "near_chance",
-           "orbit_summary", "verdict"]
+__all__ = ["NEAR_CHANCE", "RANKME_FRACTION_COLLAPSED", "STD_RATIO_COLLAPSED", "accuracy", "collapse_warning", "finite_number",
+           "gap_reading", "near_chance", "orbit_summary", "verdict"]

@@ -20,11 +20,6 @@ def _numbers(records: list[dict], key: str) -> list[tuple[Any, float]]:
             if isinstance(r.get(key), (int, float)) and not isinstance(r.get(key), bool)]
 
 
-def _number(x: Any) -> float | None:
-    """``x`` as a finite float, else None (a missing, boolean or non-finite value)."""
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
-
-
 def _ends(values: list[float]) -> tuple[float, float]:
     """Means of the first and the last tenth of ``values`` (one value each at least): the ends
     of a noisy curve."""
@@ -60,7 +55,7 @@ def monitors_caption(monitors: list[dict]) -> str:
     the backbone against their healthy 1/√dim, and a collapse where ``geohead diagnose`` warns of one
     (:func:`geohead.diagnose.verdict.collapse_warning`: the std ratio or RankMe too low; RankMe
     against min(batch, width) where the record holds its batch, else the std alone)."""
-    from geohead.diagnose.verdict import collapse_warning
+    from geohead.diagnose.verdict import collapse_warning, finite_number
 
     look = ("Look for RankMe falling towards 1 or the std falling far below its healthy 1/√dim line: collapse "
             "(the head usually goes first).")
@@ -70,13 +65,13 @@ def monitors_caption(monitors: list[dict]) -> str:
         raw = last.get(f"std_{space}")
         if isinstance(raw, float) and math.isnan(raw):
             return look + f" Here the {space}'s last std is NaN: training diverged (lower the lr, clip gradients)."
-        std, healthy = _number(raw), _number(last.get(f"std_healthy_{space}"))
+        std, healthy = finite_number(raw), finite_number(last.get(f"std_healthy_{space}"))
         if std is None or healthy is None or not 2 ** -10 <= healthy <= 1:  # 1/√width, a width of 1 to 2^20
             continue
         ratios[space] = std / healthy
-        batch = _number(last.get("batch"))
+        batch = finite_number(last.get("batch"))
         state = {"normalized_std": std, "healthy_std": healthy, "dim": round(healthy ** -2), "n": batch,
-                 "rankme": _number(last.get(f"rankme_{space}")) if batch else None}
+                 "rankme": finite_number(last.get(f"rankme_{space}")) if batch else None}
         if collapse_warning(state):
             warned.append(space)
     if not ratios:
@@ -103,14 +98,14 @@ def probes_caption(probes: dict[str, Any]) -> str:
     kind = next((p for p in (probes.get("probes") or ["knn"]) if p in t.get("backbone", {}) and p in t.get("head", {})), None)
     if kind is None:
         return ""
-    b, h, chance = _number(t["backbone"][kind]), _number(t["head"][kind]), _number(t.get("chance")) or 0.0
-    if b is None or h is None or not (0 <= b <= 1 and 0 <= h <= 1):
+    from geohead.diagnose.verdict import accuracy, finite_number, gap_reading
+
+    b, h, chance = accuracy(t["backbone"][kind]), accuracy(t["head"][kind]), finite_number(t.get("chance")) or 0.0
+    if b is None or h is None:
         return ""
     look = "Look for the backbone above the head on the class: the guillotine gap, expected. "
     acc = f"({kind} on {target}: backbone {b:.3f}, head {h:.3f}, chance {chance:.3f})"
-    from geohead.diagnose.verdict import gap_reading
-
-    n_test = _number(((probes.get("split") or {}) if isinstance(probes.get("split"), dict) else {}).get("n_test"))
+    n_test = finite_number(((probes.get("split") or {}) if isinstance(probes.get("split"), dict) else {}).get("n_test"))
     reading, noise = gap_reading(b, h, chance, int(n_test) if n_test and n_test >= 1 else None)
     if reading == "near chance":
         return look + f"Here both are near chance {acc}: the run learned little (collapsed, or too short)."

@@ -47,6 +47,11 @@ class Curves:
     source: Path | None
     notes: list[str]
 
+    @property
+    def own(self) -> bool:
+        """Whether the records are a geohead run's ``metrics.jsonl`` (not a GeometryMonitor log)."""
+        return self.source is not None and self.source.name == "metrics.jsonl"
+
 
 def monitor_files(folder: str | os.PathLike) -> list[Path]:
     """The ``*.jsonl`` files of :class:`geohead.monitor.GeometryMonitor` (first line: a record

@@ -187,7 +187,7 @@ def _run_title(run: Path, page: _Page, curves: Curves) -> str:
         if not isinstance(cfg, dict):
             page.notes.append("config.json is not a JSON object; skipped")
             cfg = {}
-    if not cfg and curves.source is not None and curves.source.name != "metrics.jsonl":  # someone else's loop
+    if not cfg and curves.source is not None and not curves.own:  # a GeometryMonitor log of someone else's loop
         return f"GeometryMonitor log {curves.source.name}"
     title_bits = [str(cfg.get("objective", "run")), str((cfg.get("backbone") or {}).get("name") or "default backbone"),
                   str((cfg.get("data") or {}).get("name", ""))]
@@ -200,7 +200,7 @@ def _training_section(page: _Page, curves: Curves, out: Path, title: str) -> Non
     training = [*page.figure(plot_loss(losses, out / "loss.png", title), loss_caption(losses)),
                 *page.figure(plot_monitors(monitors, out / "monitors.png"), monitors_caption(monitors)),
                 *page.figure(plot_hessian_tracking(monitors, out / "hessian.png"))]
-    own = curves.source is not None and curves.source.name == "metrics.jsonl"
+    own = curves.own
     page.notes.extend(curves.notes)
     if not losses and own:
         page.notes.append("metrics.jsonl has no loss lines: no training curves")
